@@ -1,0 +1,89 @@
+// The compute backend: device memory and the operations of the forward pass. Chosen once, when
+// the model loads; the forward pass calls it without knowing which device it drives.
+//
+// Every pointer an op takes is backend memory (from alloc()), except the AttentionPlan's index
+// arrays and the token ids, which are host memory the backend copies as it needs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "helios/status.h"
+#include "kernels/kernels.h"
+
+namespace helios {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // "cpu", "cuda:0"
+
+  // --- memory (required)
+  virtual float* alloc(size_t n_floats) = 0;  // nullptr when out of memory
+  virtual void free(float* p) = 0;
+  virtual void upload(float* dst, const float* host_src, size_t n_floats) = 0;
+  virtual void download(float* host_dst, const float* src, size_t n_floats) = 0;
+  virtual void synchronize() {}
+
+  // --- ops (required), parameters as kernels::ref_<op>
+  virtual void embedding(const int32_t* host_tokens, int32_t n_tokens, const float* table,
+                         int32_t dim, float* out) = 0;
+  virtual void rmsnorm(const float* x, const float* weight, int32_t n_rows, int32_t dim,
+                       float eps, float* out) = 0;
+  virtual void matmul(const float* x, const float* w, int32_t n_rows, int32_t n_in,
+                      int32_t n_out, float* y) = 0;
+  virtual void rope(float* x, const int32_t* host_positions, int32_t n_tokens, int32_t n_heads,
+                    int32_t head_dim, int32_t n_rot, float freq_base, bool interleaved) = 0;
+  virtual void kv_write(const float* k, const float* v, const int32_t* host_slots,
+                        int32_t n_tokens, const kernels::PagedKV& cache) = 0;
+  virtual void paged_attention(const float* q, const kernels::PagedKV& cache,
+                               const kernels::AttentionPlan& host_plan, int32_t n_heads,
+                               float scale, float* out) = 0;
+  virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
+  virtual void add(float* x, const float* y, int64_t n) = 0;
+};
+
+// `n_threads` ≤ 0 means one per core.
+std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+// "cpu" (and "cuda" in CUDA builds); INVALID_ARGUMENT listing what this build supports.
+StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& name, int n_threads);
+
+// Backend memory that frees itself.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Backend* backend, size_t n_floats)
+      : backend_(backend), data_(backend->alloc(n_floats)), size_(data_ ? n_floats : 0) {}
+  ~Buffer() { reset(); }
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      std::swap(backend_, o.backend_);
+      std::swap(data_, o.data_);
+      std::swap(size_, o.size_);
+    }
+    return *this;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  float* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return data_ == nullptr; }
+  void reset() {
+    if (data_) backend_->free(data_);
+    data_ = nullptr;
+    size_ = 0;
+  }
+
+ private:
+  Backend* backend_ = nullptr;
+  float* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace helios

@@ -1,0 +1,39 @@
+// Single-sequence generation: prompt → prefill (in chunks) → decode loop, with sampling and stop
+// conditions. The command line's `helios generate` and the golden tests run through it.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "helios/model.h"
+#include "helios/sampler.h"
+
+namespace helios {
+
+struct GenerateOptions {
+  SamplingParams sampling;
+  int32_t max_tokens = 128;            // generated tokens at most
+  std::vector<std::string> stop;       // stop strings (not included in the output)
+  bool ignore_eos = false;             // keep going past end-of-generation tokens
+  int32_t prefill_chunk_tokens = 512;  // prompt tokens per forward pass
+  int32_t block_size = 16;             // KV cache tokens per block
+};
+
+struct GenerateResult {
+  std::vector<TokenId> tokens;  // generated ids (including a final EOS, if any)
+  std::string text;             // generated text, stop string excluded
+  FinishReason finish = FinishReason::kNone;
+  int32_t n_prompt_tokens = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;    // from the first to the last generated token
+};
+
+// Called with each new piece of text as soon as it is whole UTF-8 and cannot be part of a stop
+// string.
+using TextSink = std::function<void(const std::string&)>;
+
+StatusOr<GenerateResult> generate(Model& model, const std::vector<TokenId>& prompt,
+                                  const GenerateOptions& options, const TextSink& on_text = nullptr);
+
+}  // namespace helios

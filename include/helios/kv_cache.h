@@ -1,0 +1,83 @@
+// The paged KV cache. Bookkeeping (which blocks are free, who holds them) is host-only and
+// testable anywhere; the storage itself is backend memory owned by KvCacheStorage.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "helios/backend.h"
+#include "helios/model_config.h"
+#include "helios/status.h"
+
+namespace helios {
+
+// Fixed-size blocks with reference counts: a block returns to the free list when its last holder
+// releases it (prefix sharing and forks retain a block instead of copying it).
+class BlockAllocator {
+ public:
+  explicit BlockAllocator(int32_t n_blocks);
+
+  int32_t n_blocks() const { return static_cast<int32_t>(ref_counts_.size()); }
+  int32_t n_free() const { return static_cast<int32_t>(free_list_.size()); }
+  int32_t n_used() const { return n_blocks() - n_free(); }
+  bool can_allocate(int32_t n) const { return n <= n_free(); }
+
+  // A block with reference count 1, or nullopt when none is free (a normal outcome, not an error).
+  std::optional<int32_t> allocate();
+  void retain(int32_t block_id);   // one more holder
+  void release(int32_t block_id);  // one holder fewer; freed at zero
+  int32_t ref_count(int32_t block_id) const { return ref_counts_.at(block_id); }
+
+ private:
+  std::vector<int32_t> free_list_;   // block ids, most recently freed last (reused first)
+  std::vector<int32_t> ref_counts_;  // [n_blocks]
+};
+
+// The blocks that hold one sequence's KV, in position order: position p lives in block
+// block_ids[p / block_size] at offset p % block_size.
+struct BlockTable {
+  std::vector<int32_t> block_ids;
+
+  int32_t capacity_tokens(int32_t block_size) const {
+    return static_cast<int32_t>(block_ids.size()) * block_size;
+  }
+  // The cache slot of a position: block_id * block_size + offset.
+  int32_t slot(int32_t position, int32_t block_size) const {
+    return block_ids[position / block_size] * block_size + position % block_size;
+  }
+};
+
+// Blocks needed to hold n_tokens.
+inline int32_t blocks_for_tokens(int32_t n_tokens, int32_t block_size) {
+  return (n_tokens + block_size - 1) / block_size;
+}
+
+// Grows `table` to hold n_tokens. When there are not enough free blocks, nothing changes and the
+// result is false.
+bool reserve_tokens(BlockAllocator& allocator, BlockTable& table, int32_t n_tokens,
+                    int32_t block_size);
+// Releases every block of `table` and empties it.
+void release_table(BlockAllocator& allocator, BlockTable& table);
+
+// K and V storage for every layer, in backend memory.
+class KvCacheStorage {
+ public:
+  // RESOURCE_EXHAUSTED naming the bytes when the backend cannot hold it.
+  static StatusOr<KvCacheStorage> create(Backend& backend, const ModelConfig& config,
+                                         int32_t n_blocks, int32_t block_size);
+  static int64_t bytes_per_block(const ModelConfig& config, int32_t block_size);
+
+  int32_t n_blocks() const { return n_blocks_; }
+  int32_t block_size() const { return block_size_; }
+  kernels::PagedKV layer(int32_t l) const;
+
+ private:
+  int32_t n_blocks_ = 0;
+  int32_t block_size_ = 0;
+  int32_t n_kv_heads_ = 0;
+  int32_t head_dim_ = 0;
+  std::vector<Buffer> k_, v_;  // per layer: [n_blocks, block_size, n_kv_heads, head_dim]
+};
+
+}  // namespace helios

@@ -1,0 +1,47 @@
+// Model hyper-parameters read from GGUF metadata (never from the server's YAML).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "helios/status.h"
+
+namespace helios {
+
+class GgufFile;
+
+// How RoPE pairs the dimensions of a head.
+enum class RopeLayout {
+  kInterleaved,  // (x[2i], x[2i+1]): llama.cpp's "norm" rope, used by GGUF `llama` files
+  kHalves,       // (x[i], x[i + n_rot/2]): GPT-NeoX / Hugging Face layout
+};
+
+struct ModelConfig {
+  std::string architecture;  // "llama"
+  std::string name;          // general.name, for display
+  int32_t n_layer = 0;       // transformer blocks
+  int32_t n_embd = 0;        // hidden size
+  int32_t n_head = 0;        // query heads
+  int32_t n_head_kv = 0;     // key/value heads (GQA when < n_head)
+  int32_t head_dim = 0;      // n_embd / n_head
+  int32_t n_ff = 0;          // SwiGLU inner size
+  int32_t n_vocab = 0;
+  int32_t n_ctx_train = 0;   // context length the model was trained for
+  int32_t n_rot = 0;         // rotary dimensions per head (≤ head_dim)
+  float rope_freq_base = 10000.0f;
+  RopeLayout rope_layout = RopeLayout::kInterleaved;
+  float rms_eps = 1e-5f;
+  bool tied_output = false;  // LM head shares the token embedding
+
+  int32_t q_dim() const { return n_head * head_dim; }
+  int32_t kv_dim() const { return n_head_kv * head_dim; }
+};
+
+// The architectures Helios runs, for error messages.
+inline constexpr const char* kSupportedArchitectures = "llama (Llama 2/3, SmolLM/SmolLM2, Mistral-style)";
+
+// Reads `<arch>.*` keys; refuses other architectures and inconsistent shapes with a message that
+// names the key and value.
+StatusOr<ModelConfig> model_config_from_gguf(const GgufFile& file);
+
+}  // namespace helios

@@ -1,0 +1,43 @@
+// Tools that make GGUF models: from llama2.c checkpoints, and seeded synthetic ones.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "helios/status.h"
+#include "helios/tensor_type.h"
+
+namespace helios {
+
+// Converts a llama2.c "legacy" checkpoint (7 × int32 header, then f32 weights) and its
+// tokenizer.bin into a GGUF `llama` model with a SentencePiece tokenizer.
+Status convert_llama2c(const std::string& checkpoint_path, const std::string& tokenizer_path,
+                       const std::string& out_path);
+
+struct SyntheticModelSpec {
+  int32_t n_layer = 2;
+  int32_t n_embd = 64;
+  int32_t n_head = 4;
+  int32_t n_head_kv = 4;
+  int32_t n_ff = 128;
+  int32_t n_vocab = 512;      // ≥ 259 (unk, bos, eos and 256 byte tokens)
+  int32_t n_ctx = 2048;
+  float rope_freq_base = 10000.0f;
+  bool rope_halves = false;   // write helios.rope.layout = "halves"
+  bool tied_output = true;
+  TensorType type = TensorType::kF32;  // matrices; norms are always F32
+  uint64_t seed = 1;
+  std::string name = "synthetic";
+
+  Status validate() const;
+  int64_t n_params() const;
+};
+
+// Writes a model with seeded random weights (N(0, 1/n_in) matrices, unit norms) and a byte-level
+// SentencePiece vocabulary, tensor by tensor (a 7B model needs no more memory than one tensor).
+// `progress` gets (tensors written, tensors in all).
+Status make_synthetic_model(const SyntheticModelSpec& spec, const std::string& out_path,
+                            const std::function<void(int, int)>& progress = nullptr);
+
+}  // namespace helios

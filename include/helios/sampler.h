@@ -1,0 +1,64 @@
+// Choosing the next token from logits, and deciding when a generation stops.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "helios/status.h"
+#include "helios/tokenizer.h"
+
+namespace helios {
+
+struct SamplingParams {
+  float temperature = 0.0f;        // 0: greedy (argmax)
+  int32_t top_k = 0;               // 0: off
+  float top_p = 1.0f;              // 1: off; keep the smallest set with mass ≥ top_p
+  float min_p = 0.0f;              // 0: off; drop tokens with p < min_p · p_max
+  float repetition_penalty = 1.0f; // 1: off; CTRL-style, over the previous tokens
+  int32_t repetition_window = 64;  // how many previous tokens the penalty looks at
+  uint64_t seed = 0;
+
+  // INVALID_ARGUMENT naming the field (NaN or negative temperature, top_p outside (0, 1], ...).
+  Status validate() const;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+
+  // `logits` is modified (penalties, temperature); `history` holds the tokens so far.
+  TokenId sample(float* logits, int32_t n_vocab, const std::vector<TokenId>& history);
+
+ private:
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, TokenId>> candidates_;
+};
+
+// Index of the largest value (the lowest index on ties).
+TokenId argmax(const float* logits, int32_t n_vocab);
+
+enum class FinishReason { kNone, kEos, kStopString, kLength };
+const char* finish_reason_name(FinishReason reason);
+
+// Watches the generated text for stop strings. The text before a stop string is emitted; text
+// that could still become a stop string is held back until it cannot.
+class StopMatcher {
+ public:
+  explicit StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {}
+
+  // Appends a text delta; returns the text that is now safe to emit. After a stop string is
+  // found, stopped() is true and nothing more is emitted.
+  std::string push(const std::string& delta);
+  std::string flush();  // the held-back text, at the end of a generation without a stop
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string held_;
+  bool stopped_ = false;
+};
+
+}  // namespace helios

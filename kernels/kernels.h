@@ -1,0 +1,66 @@
+// Compute kernels shared by the backends. `ref_<op>` is the plain C++ reference that the CPU
+// backend runs; each CUDA kernel `launch_<op>` (kernels/cuda/) has the same parameters and is
+// checked against its `ref_` twin. Plain types only: no CUDA, no gRPC, no Helios classes.
+#pragma once
+
+#include <cstdint>
+
+namespace helios::kernels {
+
+// A paged KV cache for one layer. Owns nothing.
+//   k, v: [n_blocks, block_size, n_kv_heads, head_dim]; slot = block_id * block_size + offset.
+struct PagedKV {
+  float* k = nullptr;
+  float* v = nullptr;
+  int32_t n_blocks = 0;
+  int32_t block_size = 0;  // tokens per block
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+};
+
+// Which cache slots a batch of tokens attends to, planned once per step. Owns nothing.
+struct AttentionPlan {
+  int32_t n_tokens = 0;
+  const int32_t* token_seq = nullptr;     // [n_tokens] sequence index of each token
+  const int32_t* positions = nullptr;     // [n_tokens] position of each token in its sequence
+  const int32_t* block_tables = nullptr;  // [n_seqs, max_blocks_per_seq] block ids, row per seq
+  int32_t max_blocks_per_seq = 0;
+};
+
+// out[t] = x[t] / rms(x[t]) * weight  for t < n_rows.  x, out: [n_rows, dim]; weight: [dim]
+void ref_rmsnorm(const float* x, const float* weight, int32_t n_rows, int32_t dim, float eps,
+                 float* out);
+
+// out[t] = table[tokens[t]]. table: [n_vocab, dim]; out: [n_tokens, dim]
+void ref_embedding(const int32_t* tokens, int32_t n_tokens, const float* table, int32_t dim,
+                   float* out);
+
+// Rotates the first n_rot dims of each head in place. x: [n_tokens, n_heads, head_dim].
+// interleaved: pairs (2i, 2i+1); otherwise pairs (i, i + n_rot/2).
+void ref_rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads,
+              int32_t head_dim, int32_t n_rot, float freq_base, bool interleaved);
+
+// Writes each token's K and V into its cache slot. k, v: [n_tokens, n_kv_heads, head_dim];
+// slots: [n_tokens]
+void ref_kv_write(const float* k, const float* v, const int32_t* slots, int32_t n_tokens,
+                  const PagedKV& cache);
+
+// Causal attention through the block tables: token t (of sequence s at position p) attends to
+// positions 0..p of s. Handles GQA (n_heads a multiple of n_kv_heads). Computes tokens
+// [token_begin, token_end) only, so callers can split the work.
+//   q, out: [n_tokens, n_heads, head_dim]
+void ref_paged_attention(const float* q, const PagedKV& cache, const AttentionPlan& plan,
+                         int32_t n_heads, float scale, int32_t token_begin, int32_t token_end,
+                         float* out);
+
+// out = silu(gate) * up, elementwise over n values.
+void ref_swiglu(const float* gate, const float* up, int64_t n, float* out);
+
+// y[r] = W x[r]: x: [n_rows, n_in]; w: [n_out, n_in] (GGUF's row-major layout); y: [n_rows, n_out]
+void ref_matmul(const float* x, const float* w, int32_t n_rows, int32_t n_in, int32_t n_out,
+                float* y);
+
+// x += y over n values (the residual connection).
+void ref_add(float* x, const float* y, int64_t n);
+
+}  // namespace helios::kernels

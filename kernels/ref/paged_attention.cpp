@@ -1,0 +1,63 @@
+// Paged attention, written to be obviously right: walk the block table one position at a time.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace helios::kernels {
+
+void ref_kv_write(const float* k, const float* v, const int32_t* slots, int32_t n_tokens,
+                  const PagedKV& cache) {
+  const int64_t row = static_cast<int64_t>(cache.n_kv_heads) * cache.head_dim;
+  for (int32_t t = 0; t < n_tokens; ++t) {
+    std::memcpy(cache.k + slots[t] * row, k + t * row, sizeof(float) * row);
+    std::memcpy(cache.v + slots[t] * row, v + t * row, sizeof(float) * row);
+  }
+}
+
+void ref_paged_attention(const float* q, const PagedKV& cache, const AttentionPlan& plan,
+                         int32_t n_heads, float scale, int32_t token_begin, int32_t token_end,
+                         float* out) {
+  const int32_t hd = cache.head_dim;
+  const int32_t group = n_heads / cache.n_kv_heads;  // query heads per KV head
+  const int64_t kv_row = static_cast<int64_t>(cache.n_kv_heads) * hd;
+  std::vector<float> scores;
+  for (int32_t t = token_begin; t < token_end; ++t) {
+    const int32_t* table = plan.block_tables +
+                           static_cast<int64_t>(plan.token_seq[t]) * plan.max_blocks_per_seq;
+    const int32_t n_ctx = plan.positions[t] + 1;  // causal: positions 0..p
+    scores.resize(n_ctx);
+    for (int32_t h = 0; h < n_heads; ++h) {
+      const float* qh = q + (static_cast<int64_t>(t) * n_heads + h) * hd;
+      const int32_t kvh = h / group;
+      float max_score = -INFINITY;
+      for (int32_t p = 0; p < n_ctx; ++p) {
+        const int64_t slot = static_cast<int64_t>(table[p / cache.block_size]) * cache.block_size +
+                             p % cache.block_size;
+        const float* kp = cache.k + slot * kv_row + kvh * hd;
+        float dot = 0;
+        for (int32_t i = 0; i < hd; ++i) dot += qh[i] * kp[i];
+        scores[p] = dot * scale;
+        max_score = std::max(max_score, scores[p]);
+      }
+      float sum = 0;
+      for (int32_t p = 0; p < n_ctx; ++p) {
+        scores[p] = std::exp(scores[p] - max_score);
+        sum += scores[p];
+      }
+      float* oh = out + (static_cast<int64_t>(t) * n_heads + h) * hd;
+      std::fill(oh, oh + hd, 0.0f);
+      for (int32_t p = 0; p < n_ctx; ++p) {
+        const int64_t slot = static_cast<int64_t>(table[p / cache.block_size]) * cache.block_size +
+                             p % cache.block_size;
+        const float* vp = cache.v + slot * kv_row + kvh * hd;
+        const float w = scores[p] / sum;
+        for (int32_t i = 0; i < hd; ++i) oh[i] += w * vp[i];
+      }
+    }
+  }
+}
+
+}  // namespace helios::kernels

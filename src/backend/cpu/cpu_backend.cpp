@@ -1,0 +1,76 @@
+// The CPU backend: the reference kernels, with BLAS for matrix products and a thread pool for
+// attention.
+#include <cblas.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "common/thread_pool.h"
+#include "helios/backend.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace helios {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int n_threads) : pool_(n_threads) { openblas_set_num_threads(n_threads); }
+
+  std::string name() const override { return "cpu"; }
+
+  float* alloc(size_t n) override {
+    // 64-byte aligned for vector loads; at least one cache line so alloc(0) is still unique.
+    const size_t bytes = ((n * sizeof(float) + 63) / 64 + 1) * 64;
+    return static_cast<float*>(std::aligned_alloc(64, bytes));
+  }
+  void free(float* p) override { std::free(p); }
+  void upload(float* dst, const float* src, size_t n) override { std::memcpy(dst, src, n * sizeof(float)); }
+  void download(float* dst, const float* src, size_t n) override { std::memcpy(dst, src, n * sizeof(float)); }
+
+  void embedding(const int32_t* tokens, int32_t n_tokens, const float* table, int32_t dim,
+                 float* out) override {
+    kernels::ref_embedding(tokens, n_tokens, table, dim, out);
+  }
+  void rmsnorm(const float* x, const float* w, int32_t n_rows, int32_t dim, float eps,
+               float* out) override {
+    kernels::ref_rmsnorm(x, w, n_rows, dim, eps, out);
+  }
+  void matmul(const float* x, const float* w, int32_t n_rows, int32_t n_in, int32_t n_out,
+              float* y) override {
+    kernels::ref_matmul(x, w, n_rows, n_in, n_out, y);
+  }
+  void rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads,
+            int32_t head_dim, int32_t n_rot, float freq_base, bool interleaved) override {
+    kernels::ref_rope(x, positions, n_tokens, n_heads, head_dim, n_rot, freq_base, interleaved);
+  }
+  void kv_write(const float* k, const float* v, const int32_t* slots, int32_t n_tokens,
+                const kernels::PagedKV& cache) override {
+    kernels::ref_kv_write(k, v, slots, n_tokens, cache);
+  }
+  void paged_attention(const float* q, const kernels::PagedKV& cache,
+                       const kernels::AttentionPlan& plan, int32_t n_heads, float scale,
+                       float* out) override {
+    pool_.parallel_for(plan.n_tokens, [&](int64_t begin, int64_t end) {
+      kernels::ref_paged_attention(q, cache, plan, n_heads, scale, static_cast<int32_t>(begin),
+                                   static_cast<int32_t>(end), out);
+    });
+  }
+  void swiglu(const float* gate, const float* up, int64_t n, float* out) override {
+    kernels::ref_swiglu(gate, up, n, out);
+  }
+  void add(float* x, const float* y, int64_t n) override { kernels::ref_add(x, y, n); }
+
+ private:
+  ThreadPool pool_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
+  if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::make_unique<CpuBackend>(n_threads);
+}
+
+}  // namespace helios

@@ -1,0 +1,11 @@
+// The `helios` subcommands; each takes the arguments after its name and returns an exit code.
+#pragma once
+
+namespace helios::cli {
+
+int cmd_generate(int argc, char** argv);
+int cmd_inspect(int argc, char** argv);
+int cmd_convert_llama2c(int argc, char** argv);
+int cmd_make_synthetic(int argc, char** argv);
+
+}  // namespace helios::cli

@@ -1,0 +1,49 @@
+// `helios`: model tools and generation from the command line.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "cli/commands.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(int, char**);
+  const char* summary;
+};
+
+constexpr Command kCommands[] = {
+    {"generate", helios::cli::cmd_generate, "generate text from a prompt with a local model"},
+    {"inspect", helios::cli::cmd_inspect, "show a GGUF file's metadata, tensors and size"},
+    {"convert-llama2c", helios::cli::cmd_convert_llama2c, "convert a llama2.c checkpoint to GGUF"},
+    {"make-synthetic", helios::cli::cmd_make_synthetic, "write a seeded random-weight model of any shape"},
+};
+
+void print_help() {
+  std::printf(
+      "usage: helios <command> [options]\n\n"
+      "Helios: an inference engine for early-exit LLMs. Commands:\n\n");
+  for (const auto& c : kCommands) std::printf("  %-18s %s\n", c.name, c.summary);
+  std::printf(
+      "\n'helios <command> --help' explains a command's options.\n\n"
+      "example:\n"
+      "  helios generate --model models/SmolLM2-135M-Instruct.Q4_1.gguf --chat \\\n"
+      "      --prompt \"What is the capital of France?\"\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+      !std::strcmp(argv[1], "help")) {
+    print_help();
+    return argc < 2 ? 2 : 0;
+  }
+  for (const auto& c : kCommands) {
+    if (std::strcmp(argv[1], c.name) == 0) return c.run(argc - 2, argv + 2);
+  }
+  std::fprintf(stderr, "helios: unknown command '%s' (commands: generate, inspect, convert-llama2c, "
+                       "make-synthetic; see 'helios --help')\n", argv[1]);
+  return 2;
+}

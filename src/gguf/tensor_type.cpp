@@ -1,0 +1,394 @@
+// Tensor type table and row (de)quantization for the GGUF block formats Helios reads.
+// Block layouts follow the GGUF specification; each loop below is the plain per-block formula.
+#include "helios/tensor_type.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+
+namespace helios {
+namespace {
+
+constexpr int64_t kQK = 32;    // elements per Q4_0/Q4_1/Q8_0 block
+constexpr int64_t kQKK = 256;  // elements per K-quant super-block
+
+struct BlockQ8_0 { uint16_t d; int8_t qs[kQK]; };
+struct BlockQ4_0 { uint16_t d; uint8_t qs[kQK / 2]; };
+struct BlockQ4_1 { uint16_t d; uint16_t m; uint8_t qs[kQK / 2]; };
+struct BlockQ4_K { uint16_t d; uint16_t dmin; uint8_t scales[12]; uint8_t qs[kQKK / 2]; };
+struct BlockQ6_K { uint8_t ql[kQKK / 2]; uint8_t qh[kQKK / 4]; int8_t scales[kQKK / 16]; uint16_t d; };
+static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210);
+
+struct Entry { uint32_t id; TensorTypeTraits traits; };
+constexpr Entry kTypes[] = {
+    {0, {"F32", 1, 4, true}},       {1, {"F16", 1, 2, true}},
+    {2, {"Q4_0", 32, 18, true}},    {3, {"Q4_1", 32, 20, true}},
+    {6, {"Q5_0", 32, 22, false}},   {7, {"Q5_1", 32, 24, false}},
+    {8, {"Q8_0", 32, 34, true}},    {9, {"Q8_1", 32, 36, false}},
+    {10, {"Q2_K", 256, 84, false}}, {11, {"Q3_K", 256, 110, false}},
+    {12, {"Q4_K", 256, 144, true}}, {13, {"Q5_K", 256, 176, false}},
+    {14, {"Q6_K", 256, 210, true}}, {15, {"Q8_K", 256, 292, false}},
+    {24, {"I8", 1, 1, false}},      {25, {"I16", 1, 2, false}},
+    {26, {"I32", 1, 4, false}},     {27, {"I64", 1, 8, false}},
+    {28, {"F64", 1, 8, false}},     {30, {"BF16", 1, 2, true}},
+};
+
+// Scale and min of sub-block j of a Q4_K super-block, packed as 6-bit values in 12 bytes.
+void q4k_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+void dequant_q8_0(const BlockQ8_0* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQK) {
+    const float d = fp16_to_fp32(b[i].d);
+    for (int j = 0; j < kQK; ++j) y[j] = d * b[i].qs[j];
+  }
+}
+
+void dequant_q4_0(const BlockQ4_0* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQK) {
+    const float d = fp16_to_fp32(b[i].d);
+    for (int j = 0; j < kQK / 2; ++j) {
+      y[j] = d * ((b[i].qs[j] & 0xF) - 8);
+      y[j + kQK / 2] = d * ((b[i].qs[j] >> 4) - 8);
+    }
+  }
+}
+
+void dequant_q4_1(const BlockQ4_1* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQK) {
+    const float d = fp16_to_fp32(b[i].d), m = fp16_to_fp32(b[i].m);
+    for (int j = 0; j < kQK / 2; ++j) {
+      y[j] = d * (b[i].qs[j] & 0xF) + m;
+      y[j + kQK / 2] = d * (b[i].qs[j] >> 4) + m;
+    }
+  }
+}
+
+void dequant_q4_k(const BlockQ4_K* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(b[i].d), dmin = fp16_to_fp32(b[i].dmin);
+    const uint8_t* q = b[i].qs;
+    // 8 sub-blocks of 32; each byte of qs feeds sub-block 2k (low nibble) and 2k+1 (high).
+    for (int j = 0; j < 8; j += 2, q += 32) {
+      uint8_t sc, m;
+      q4k_scale_min(j, b[i].scales, &sc, &m);
+      const float d1 = d * sc, m1 = dmin * m;
+      q4k_scale_min(j + 1, b[i].scales, &sc, &m);
+      const float d2 = d * sc, m2 = dmin * m;
+      for (int l = 0; l < 32; ++l) *y++ = d1 * (q[l] & 0xF) - m1;
+      for (int l = 0; l < 32; ++l) *y++ = d2 * (q[l] >> 4) - m2;
+    }
+  }
+}
+
+void dequant_q6_k(const BlockQ6_K* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(b[i].d);
+    const uint8_t* ql = b[i].ql;
+    const uint8_t* qh = b[i].qh;
+    const int8_t* sc = b[i].scales;
+    // Two halves of 128; each 6-bit value = 4 low bits from ql + 2 high bits from qh, minus 32.
+    for (int n = 0; n < kQKK; n += 128, y += 128, ql += 64, qh += 32, sc += 8) {
+      for (int l = 0; l < 32; ++l) {
+        const int is = l / 16;
+        const int q1 = static_cast<int8_t>((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q2 = static_cast<int8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q3 = static_cast<int8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q4 = static_cast<int8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        y[l] = d * sc[is] * q1;
+        y[l + 32] = d * sc[is + 2] * q2;
+        y[l + 64] = d * sc[is + 4] * q3;
+        y[l + 96] = d * sc[is + 6] * q4;
+      }
+    }
+  }
+}
+
+void quant_q8_0(const float* x, BlockQ8_0* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK) {
+    float amax = 0;
+    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+    b[i].d = fp32_to_fp16(d);
+    for (int j = 0; j < kQK; ++j) b[i].qs[j] = static_cast<int8_t>(std::lround(x[j] * id));
+  }
+}
+
+void quant_q4_0(const float* x, BlockQ4_0* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK) {
+    float amax = 0, max = 0;  // the signed value of largest magnitude maps to -8
+    for (int j = 0; j < kQK; ++j) {
+      if (std::fabs(x[j]) > amax) { amax = std::fabs(x[j]); max = x[j]; }
+    }
+    const float d = max / -8.0f, id = d ? 1.0f / d : 0.0f;
+    b[i].d = fp32_to_fp16(d);
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int lo = std::min(15, static_cast<int>(x[j] * id + 8.5f));
+      const int hi = std::min(15, static_cast<int>(x[j + kQK / 2] * id + 8.5f));
+      b[i].qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+
+void quant_q4_1(const float* x, BlockQ4_1* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK) {
+    const auto [mn, mx] = std::minmax_element(x, x + kQK);
+    const float d = (*mx - *mn) / 15.0f, id = d ? 1.0f / d : 0.0f;
+    b[i].d = fp32_to_fp16(d);
+    b[i].m = fp32_to_fp16(*mn);
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int lo = std::min(15, static_cast<int>((x[j] - *mn) * id + 0.5f));
+      const int hi = std::min(15, static_cast<int>((x[j + kQK / 2] - *mn) * id + 0.5f));
+      b[i].qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+
+// A simple (not error-optimal) Q4_K quantizer: per sub-block min/max, 6-bit scales and mins.
+void quant_q4_k(const float* x, BlockQ4_K* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQKK) {
+    float scale[8], minv[8], max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; ++j) {
+      const auto [mn, mx] = std::minmax_element(x + 32 * j, x + 32 * j + 32);
+      minv[j] = std::max(0.0f, -*mn);  // Q4_K subtracts a non-negative min
+      scale[j] = (*mx + minv[j]) / 15.0f;
+      max_scale = std::max(max_scale, scale[j]);
+      max_min = std::max(max_min, minv[j]);
+    }
+    const float d = max_scale / 63.0f, dmin = max_min / 63.0f;
+    b[i].d = fp32_to_fp16(d);
+    b[i].dmin = fp32_to_fp16(dmin);
+    const float dq = fp16_to_fp32(b[i].d), dminq = fp16_to_fp32(b[i].dmin);
+    uint8_t ls[8], lm[8];
+    for (int j = 0; j < 8; ++j) {
+      ls[j] = static_cast<uint8_t>(std::min(63L, dq ? std::lround(scale[j] / dq) : 0L));
+      lm[j] = static_cast<uint8_t>(std::min(63L, dminq ? std::lround(minv[j] / dminq) : 0L));
+    }
+    std::memset(b[i].scales, 0, 12);
+    for (int j = 0; j < 8; ++j) {
+      if (j < 4) {
+        b[i].scales[j] = ls[j];
+        b[i].scales[j + 4] = lm[j];
+      } else {
+        b[i].scales[j + 4] = (ls[j] & 0xF) | ((lm[j] & 0xF) << 4);
+        b[i].scales[j - 4] |= (ls[j] >> 4) << 6;
+        b[i].scales[j] |= (lm[j] >> 4) << 6;
+      }
+    }
+    for (int j = 0; j < 8; j += 2) {
+      for (int l = 0; l < 32; ++l) {
+        uint8_t q[2];
+        for (int h = 0; h < 2; ++h) {
+          const float sd = dq * ls[j + h], sm = dminq * lm[j + h];
+          const long v = sd ? std::lround((x[32 * (j + h) + l] + sm) / sd) : 0;
+          q[h] = static_cast<uint8_t>(std::clamp(v, 0L, 15L));
+        }
+        b[i].qs[16 * j + l] = q[0] | (q[1] << 4);
+      }
+    }
+  }
+}
+
+// A simple Q6_K quantizer: per 16-element group an int8 scale, 6-bit values centred on 32.
+void quant_q6_k(const float* x, BlockQ6_K* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQKK) {
+    float group_scale[16], max_abs_scale = 0;
+    for (int g = 0; g < 16; ++g) {
+      float amax = 0;
+      for (int l = 0; l < 16; ++l) amax = std::max(amax, std::fabs(x[16 * g + l]));
+      group_scale[g] = amax / 31.0f;
+      max_abs_scale = std::max(max_abs_scale, group_scale[g]);
+    }
+    const float d = max_abs_scale / 127.0f;
+    b[i].d = fp32_to_fp16(d);
+    const float dq = fp16_to_fp32(b[i].d);
+    int8_t sc[16];
+    for (int g = 0; g < 16; ++g) {
+      sc[g] = static_cast<int8_t>(std::min(127L, dq ? std::lround(group_scale[g] / dq) : 0L));
+      b[i].scales[g] = sc[g];
+    }
+    uint8_t q[kQKK];
+    for (int e = 0; e < kQKK; ++e) {
+      const float s = dq * sc[e / 16];
+      const long v = s ? std::lround(x[e] / s) : 0;
+      q[e] = static_cast<uint8_t>(std::clamp(v, -32L, 31L) + 32);
+    }
+    std::memset(b[i].ql, 0, sizeof b[i].ql);
+    std::memset(b[i].qh, 0, sizeof b[i].qh);
+    // Inverse of the layout in dequant_q6_k.
+    for (int half = 0; half < 2; ++half) {
+      uint8_t* ql = b[i].ql + 64 * half;
+      uint8_t* qh = b[i].qh + 32 * half;
+      const uint8_t* qq = q + 128 * half;
+      for (int l = 0; l < 32; ++l) {
+        ql[l] = (qq[l] & 0xF) | ((qq[l + 64] & 0xF) << 4);
+        ql[l + 32] = (qq[l + 32] & 0xF) | ((qq[l + 96] & 0xF) << 4);
+        qh[l] = (qq[l] >> 4) | ((qq[l + 32] >> 4) << 2) | ((qq[l + 64] >> 4) << 4) |
+                ((qq[l + 96] >> 4) << 6);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::optional<TensorTypeTraits> tensor_type_traits(uint32_t type_id) {
+  for (const auto& e : kTypes) {
+    if (e.id == type_id) return e.traits;
+  }
+  return std::nullopt;
+}
+
+const char* tensor_type_name(TensorType type) {
+  auto traits = tensor_type_traits(static_cast<uint32_t>(type));
+  return traits ? traits->name : "unknown";
+}
+
+std::optional<TensorType> tensor_type_from_name(const std::string& name) {
+  std::string upper = name;
+  std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
+  for (const auto& e : kTypes) {
+    if (upper == e.traits.name) return static_cast<TensorType>(e.id);
+  }
+  return std::nullopt;
+}
+
+int64_t tensor_row_bytes(TensorType type, int64_t n) {
+  auto t = tensor_type_traits(static_cast<uint32_t>(type));
+  assert(t && n % t->block_elems == 0);
+  return n / t->block_elems * t->block_bytes;
+}
+
+Status dequantize_row(TensorType type, const void* src, float* dst, int64_t n) {
+  auto traits = tensor_type_traits(static_cast<uint32_t>(type));
+  if (!traits || !traits->can_dequantize) {
+    return unimplemented(std::string("cannot dequantize tensor type ") + tensor_type_name(type) +
+                         " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)");
+  }
+  if (n % traits->block_elems != 0) {
+    return invalid_argument("row of " + std::to_string(n) + " elements is not a multiple of the " +
+                            traits->name + " block size " + std::to_string(traits->block_elems));
+  }
+  const int64_t nb = n / traits->block_elems;
+  switch (type) {
+    case TensorType::kF32: std::memcpy(dst, src, n * sizeof(float)); break;
+    case TensorType::kF16: {
+      const auto* h = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(h[i]);
+      break;
+    }
+    case TensorType::kBF16: {
+      const auto* h = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(h[i]);
+      break;
+    }
+    case TensorType::kQ8_0: dequant_q8_0(static_cast<const BlockQ8_0*>(src), dst, nb); break;
+    case TensorType::kQ4_0: dequant_q4_0(static_cast<const BlockQ4_0*>(src), dst, nb); break;
+    case TensorType::kQ4_1: dequant_q4_1(static_cast<const BlockQ4_1*>(src), dst, nb); break;
+    case TensorType::kQ4_K: dequant_q4_k(static_cast<const BlockQ4_K*>(src), dst, nb); break;
+    case TensorType::kQ6_K: dequant_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb); break;
+    default: return internal_error("dequantize_row: unhandled type");
+  }
+  return ok_status();
+}
+
+Status quantize_row(TensorType type, const float* src, void* dst, int64_t n) {
+  auto traits = tensor_type_traits(static_cast<uint32_t>(type));
+  if (!traits || n % traits->block_elems != 0) {
+    return invalid_argument(std::string("cannot write ") + std::to_string(n) + " elements as " +
+                            tensor_type_name(type));
+  }
+  const int64_t nb = n / traits->block_elems;
+  switch (type) {
+    case TensorType::kF32: std::memcpy(dst, src, n * sizeof(float)); break;
+    case TensorType::kF16: {
+      auto* h = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) h[i] = fp32_to_fp16(src[i]);
+      break;
+    }
+    case TensorType::kBF16: {
+      auto* h = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) h[i] = fp32_to_bf16(src[i]);
+      break;
+    }
+    case TensorType::kQ8_0: quant_q8_0(src, static_cast<BlockQ8_0*>(dst), nb); break;
+    case TensorType::kQ4_0: quant_q4_0(src, static_cast<BlockQ4_0*>(dst), nb); break;
+    case TensorType::kQ4_1: quant_q4_1(src, static_cast<BlockQ4_1*>(dst), nb); break;
+    case TensorType::kQ4_K: quant_q4_k(src, static_cast<BlockQ4_K*>(dst), nb); break;
+    case TensorType::kQ6_K: quant_q6_k(src, static_cast<BlockQ6_K*>(dst), nb); break;
+    default:
+      return unimplemented(std::string("cannot write tensor type ") + tensor_type_name(type) +
+                           " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)");
+  }
+  return ok_status();
+}
+
+float fp16_to_fp32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1F, mant = h & 0x3FF, bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: renormalise
+      int e = -1;
+      do { ++e; mant <<= 1; } while ((mant & 0x400) == 0);
+      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (mant & 0x3FF) << 13;
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7F800000 | mant << 13;
+  } else {
+    bits = sign | (exp + 127 - 15) << 23 | mant << 13;
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t fp32_to_fp16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint16_t sign = (x >> 16) & 0x8000;
+  const uint32_t exp = (x >> 23) & 0xFF;
+  uint32_t mant = x & 0x7FFFFF;
+  if (exp == 0xFF) return sign | 0x7C00 | (mant ? 0x200 : 0);  // inf / nan
+  int e = static_cast<int>(exp) - 127 + 15;
+  if (e >= 31) return sign | 0x7C00;                              // overflow → inf
+  if (e <= 0) {                                                    // subnormal or zero
+    if (e < -10) return sign;
+    mant |= 0x800000;
+    const int shift = 14 - e;
+    uint32_t half = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) ++half;
+    return sign | static_cast<uint16_t>(half);
+  }
+  uint32_t half = static_cast<uint32_t>(e) << 10 | mant >> 13;
+  const uint32_t rem = mant & 0x1FFF;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) ++half;  // round to nearest even
+  return sign | static_cast<uint16_t>(half);
+}
+
+float bf16_to_fp32(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t fp32_to_bf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7FFFFFFF) > 0x7F800000) return static_cast<uint16_t>((x >> 16) | 64);  // quiet nan
+  return static_cast<uint16_t>((x + (0x7FFF + ((x >> 16) & 1))) >> 16);
+}
+
+}  // namespace helios

@@ -1,0 +1,47 @@
+#include <cassert>
+
+#include "helios/kv_cache.h"
+
+namespace helios {
+
+BlockAllocator::BlockAllocator(int32_t n_blocks) : ref_counts_(n_blocks, 0) {
+  free_list_.reserve(n_blocks);
+  // Hand out low ids first: the stack pops from the back.
+  for (int32_t id = n_blocks - 1; id >= 0; --id) free_list_.push_back(id);
+}
+
+std::optional<int32_t> BlockAllocator::allocate() {
+  if (free_list_.empty()) return std::nullopt;
+  const int32_t id = free_list_.back();
+  free_list_.pop_back();
+  assert(ref_counts_[id] == 0);
+  ref_counts_[id] = 1;
+  return id;
+}
+
+void BlockAllocator::retain(int32_t block_id) {
+  assert(ref_counts_.at(block_id) > 0 && "retain of a free block");
+  ++ref_counts_[block_id];
+}
+
+void BlockAllocator::release(int32_t block_id) {
+  assert(ref_counts_.at(block_id) > 0 && "release of a free block");
+  if (--ref_counts_[block_id] == 0) free_list_.push_back(block_id);
+}
+
+bool reserve_tokens(BlockAllocator& allocator, BlockTable& table, int32_t n_tokens,
+                    int32_t block_size) {
+  const int32_t needed = blocks_for_tokens(n_tokens, block_size) -
+                         static_cast<int32_t>(table.block_ids.size());
+  if (needed <= 0) return true;
+  if (!allocator.can_allocate(needed)) return false;
+  for (int32_t i = 0; i < needed; ++i) table.block_ids.push_back(*allocator.allocate());
+  return true;
+}
+
+void release_table(BlockAllocator& allocator, BlockTable& table) {
+  for (int32_t id : table.block_ids) allocator.release(id);
+  table.block_ids.clear();
+}
+
+}  // namespace helios

@@ -1,0 +1,38 @@
+#include "helios/kv_cache.h"
+
+namespace helios {
+
+int64_t KvCacheStorage::bytes_per_block(const ModelConfig& config, int32_t block_size) {
+  // K and V, every layer, f32.
+  return 2LL * config.n_layer * block_size * config.kv_dim() * static_cast<int64_t>(sizeof(float));
+}
+
+StatusOr<KvCacheStorage> KvCacheStorage::create(Backend& backend, const ModelConfig& config,
+                                                int32_t n_blocks, int32_t block_size) {
+  if (n_blocks <= 0 || block_size <= 0) {
+    return invalid_argument("KV cache needs n_blocks > 0 and block_size > 0 (got " +
+                            std::to_string(n_blocks) + ", " + std::to_string(block_size) + ")");
+  }
+  KvCacheStorage s;
+  s.n_blocks_ = n_blocks;
+  s.block_size_ = block_size;
+  s.n_kv_heads_ = config.n_head_kv;
+  s.head_dim_ = config.head_dim;
+  const size_t per_layer = static_cast<size_t>(n_blocks) * block_size * config.kv_dim();
+  for (int32_t l = 0; l < config.n_layer; ++l) {
+    s.k_.emplace_back(&backend, per_layer);
+    s.v_.emplace_back(&backend, per_layer);
+    if (s.k_.back().empty() || s.v_.back().empty()) {
+      return resource_exhausted("cannot allocate the KV cache: " + std::to_string(n_blocks) +
+                                " blocks × " + std::to_string(bytes_per_block(config, block_size)) +
+                                " bytes on " + backend.name() + "; use fewer blocks");
+    }
+  }
+  return s;
+}
+
+kernels::PagedKV KvCacheStorage::layer(int32_t l) const {
+  return {k_[l].data(), v_[l].data(), n_blocks_, block_size_, n_kv_heads_, head_dim_};
+}
+
+}  // namespace helios

@@ -1,0 +1,238 @@
+// Byte-level BPE (GPT-2 family: SmolLM2, Llama 3), following llama.cpp's llm_tokenizer_bpe:
+// special tokens are cut out first, each remaining fragment is pre-tokenized into words, each
+// word is byte-mapped and merged pair by pair, lowest merge rank first.
+
+#include <functional>
+#include <queue>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+
+#include "tokenizer/pretokenize.h"
+#include "tokenizer/unicode.h"
+#include "tokenizer/vocab.h"
+
+namespace helios {
+
+namespace {
+
+using MergeKey = std::pair<std::string, std::string>;
+using MergeView = std::pair<std::string_view, std::string_view>;
+
+// Lets the rank table be probed with views of the symbols, without building strings.
+struct MergeHash {
+  using is_transparent = void;
+  size_t operator()(const MergeView& k) const {
+    const size_t h = std::hash<std::string_view>{}(k.first);
+    return h ^ (std::hash<std::string_view>{}(k.second) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+  }
+  size_t operator()(const MergeKey& k) const { return (*this)(MergeView(k.first, k.second)); }
+};
+struct MergeEqual {
+  using is_transparent = void;
+  template <typename A, typename B>
+  bool operator()(const A& a, const B& b) const {
+    return a.first == b.first && a.second == b.second;
+  }
+};
+
+// One symbol of a word being merged: bytes [start, start + length) of the word, in a linked
+// list. A symbol merged into its left neighbour keeps length 0.
+struct Symbol {
+  size_t start;
+  size_t length;
+  int prev;
+  int next;
+};
+
+struct Bigram {
+  int left;
+  int right;
+  int rank;
+  size_t length;  // left + right when queued; differs once either side has changed
+};
+
+// Top of the queue: lowest rank, then leftmost.
+struct BigramAfter {
+  bool operator()(const Bigram& a, const Bigram& b) const {
+    return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
+  }
+};
+
+class BpeTokenizer final : public Tokenizer {
+ public:
+  explicit BpeTokenizer(TokenizerSpec spec);
+  std::vector<TokenId> encode(const std::string& text, bool add_special,
+                              bool parse_special) const override;
+  std::string token_to_piece(TokenId id, bool render_special) const override;
+
+ private:
+  using Queue = std::priority_queue<Bigram, std::vector<Bigram>, BigramAfter>;
+
+  void encode_word(const std::string& word, std::vector<TokenId>* out) const;
+  void push_bigram(const std::string& word, const std::vector<Symbol>& symbols, int left,
+                   int right, Queue* queue) const;
+  void emit_symbol(std::string_view symbol, std::vector<TokenId>* out) const;
+  std::string piece_of(TokenId id) const;
+
+  TokenIndex index_;
+  std::unordered_map<MergeKey, int, MergeHash, MergeEqual> ranks_;
+  SpecialTokenSplitter splitter_;
+  std::vector<std::string> pieces_;  // id -> bytes, control tokens included
+};
+
+BpeTokenizer::BpeTokenizer(TokenizerSpec spec)
+    : Tokenizer(std::move(spec)), index_(build_token_index(spec_)), splitter_(spec_) {
+  ranks_.reserve(spec_.merges.size());
+  for (size_t rank = 0; rank < spec_.merges.size(); ++rank) {
+    const std::string& merge = spec_.merges[rank];
+    // Split at the first space after the first byte, as llama.cpp does; a line without one
+    // names no pair and is skipped. emplace keeps the first (best) rank of a repeated pair.
+    const size_t space = merge.find(' ', 1);
+    if (space == std::string::npos) continue;
+    ranks_.emplace(MergeKey(merge.substr(0, space), merge.substr(space + 1)),
+                   static_cast<int>(rank));
+  }
+  pieces_.reserve(spec_.tokens.size());
+  for (size_t id = 0; id < spec_.tokens.size(); ++id) {
+    pieces_.push_back(piece_of(static_cast<TokenId>(id)));
+  }
+}
+
+std::vector<TokenId> BpeTokenizer::encode(const std::string& text, bool add_special,
+                                          bool parse_special) const {
+  std::vector<TokenId> out;
+  if (add_special && spec_.add_bos) out.push_back(spec_.bos_id);
+  for (const Fragment& fragment : splitter_.split(text, parse_special)) {
+    if (fragment.token >= 0) {
+      out.push_back(fragment.token);
+      continue;
+    }
+    for (const std::string& word : pretokenize(fragment.text, spec_.pre)) {
+      encode_word(unicode::bytes_to_chars(word), &out);
+    }
+  }
+  if (add_special && spec_.add_eos) out.push_back(spec_.eos_id);
+  return out;
+}
+
+void BpeTokenizer::encode_word(const std::string& word, std::vector<TokenId>* out) const {
+  if (spec_.ignore_merges) {
+    if (const TokenId id = find_token(index_, word); id >= 0) {
+      out->push_back(id);
+      return;
+    }
+  }
+  std::vector<Symbol> symbols;
+  for (size_t pos = 0; pos < word.size();) {
+    const size_t length =
+        std::min(unicode::sequence_length(static_cast<uint8_t>(word[pos])), word.size() - pos);
+    const int index = static_cast<int>(symbols.size());
+    symbols.push_back({pos, length, index - 1, pos + length < word.size() ? index + 1 : -1});
+    pos += length;
+  }
+  Queue queue;
+  for (int i = 1; i < static_cast<int>(symbols.size()); ++i) {
+    push_bigram(word, symbols, i - 1, i, &queue);
+  }
+  while (!queue.empty()) {
+    const Bigram bigram = queue.top();
+    queue.pop();
+    Symbol& left = symbols[bigram.left];
+    Symbol& right = symbols[bigram.right];
+    // Stale: one side was merged away or grew since this pair was queued.
+    if (left.length == 0 || right.length == 0 || left.length + right.length != bigram.length) {
+      continue;
+    }
+    left.length += right.length;
+    right.length = 0;
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = bigram.left;
+    push_bigram(word, symbols, left.prev, bigram.left, &queue);
+    push_bigram(word, symbols, bigram.left, left.next, &queue);
+  }
+  for (int i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next) {
+    emit_symbol(std::string_view(word).substr(symbols[i].start, symbols[i].length), out);
+  }
+}
+
+void BpeTokenizer::push_bigram(const std::string& word, const std::vector<Symbol>& symbols,
+                               int left, int right, Queue* queue) const {
+  if (left < 0 || right < 0) return;
+  const std::string_view text(word);
+  const MergeView key(text.substr(symbols[left].start, symbols[left].length),
+                      text.substr(symbols[right].start, symbols[right].length));
+  auto it = ranks_.find(key);
+  if (it == ranks_.end()) return;
+  queue->push({left, right, it->second, key.first.size() + key.second.size()});
+}
+
+// A merged symbol missing from the vocabulary (possible only when merges and vocabulary
+// disagree) falls back to one token per byte character. llama.cpp looks up the raw UTF-8 bytes
+// of the symbol instead, which finds only ASCII ones; the results agree on consistent files.
+void BpeTokenizer::emit_symbol(std::string_view symbol, std::vector<TokenId>* out) const {
+  if (const TokenId id = find_token(index_, std::string(symbol)); id >= 0) {
+    out->push_back(id);
+    return;
+  }
+  for (size_t pos = 0; pos < symbol.size();) {
+    const size_t start = pos;
+    unicode::decode_one(symbol, &pos);
+    const TokenId id = find_token(index_, std::string(symbol.substr(start, pos - start)));
+    if (id >= 0) {
+      out->push_back(id);
+    } else if (spec_.unk_id >= 0) {
+      out->push_back(spec_.unk_id);
+    }
+  }
+}
+
+std::string BpeTokenizer::token_to_piece(TokenId id, bool render_special) const {
+  if (id < 0 || static_cast<size_t>(id) >= pieces_.size()) return {};
+  const TokenKind kind = token_kind(spec_, id);
+  if (!render_special && (kind == TokenKind::kControl || kind == TokenKind::kUnknown)) return {};
+  return pieces_[id];
+}
+
+// The bytes a token stands for: normal tokens are un-byte-mapped; special and user-defined
+// tokens are their text; unused and undefined tokens are empty, as in llama.cpp.
+std::string BpeTokenizer::piece_of(TokenId id) const {
+  const std::string& text = spec_.tokens[id];
+  switch (token_kind(spec_, id)) {
+    case TokenKind::kControl:
+    case TokenKind::kUnknown:
+    case TokenKind::kUserDefined:
+      return text;
+    case TokenKind::kByte:
+      // "<0xNN>" (SentencePiece-style byte tokens in a BPE vocabulary).
+      if (const int byte = byte_token_value(text); byte >= 0) {
+        return std::string(1, static_cast<char>(byte));
+      }
+      break;
+    case TokenKind::kNormal:
+      break;
+    case TokenKind::kUndefined:
+    case TokenKind::kUnused:
+      return {};
+  }
+  // A character outside the byte map is kept as it is (llama.cpp writes "[UNK_BYTE_0x..]").
+  std::string bytes;
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t start = pos;
+    const int byte = unicode::char_to_byte(unicode::decode_one(text, &pos));
+    if (byte >= 0) {
+      bytes.push_back(static_cast<char>(byte));
+    } else {
+      bytes.append(text, start, pos - start);
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> make_bpe_tokenizer(TokenizerSpec spec) {
+  return std::make_unique<BpeTokenizer>(std::move(spec));
+}
+
+}  // namespace helios

@@ -1,0 +1,98 @@
+#include "tokenizer/vocab.h"
+
+#include <algorithm>
+
+namespace helios {
+
+TokenKind token_kind(const TokenizerSpec& spec, TokenId id) {
+  if (id < 0 || static_cast<size_t>(id) >= spec.tokens.size()) return TokenKind::kUndefined;
+  return spec.kinds.empty() ? TokenKind::kNormal : spec.kinds[id];
+}
+
+TokenIndex build_token_index(const TokenizerSpec& spec) {
+  TokenIndex index;
+  index.reserve(spec.tokens.size());
+  for (size_t id = 0; id < spec.tokens.size(); ++id) {
+    index[spec.tokens[id]] = static_cast<TokenId>(id);
+  }
+  return index;
+}
+
+TokenId find_token(const TokenIndex& index, const std::string& text) {
+  auto it = index.find(text);
+  return it == index.end() ? -1 : it->second;
+}
+
+const std::vector<std::string>& end_of_turn_texts() {
+  static const std::vector<std::string> texts = {
+      "<|eot_id|>", "<|im_end|>",      "<|end|>", "<end_of_turn>", "<|endoftext|>",
+      "<|eom_id|>", "<|end_of_text|>", "<EOT>",   "<end_of_utterance>",
+  };
+  return texts;
+}
+
+bool is_end_of_turn_text(std::string_view text) {
+  for (const std::string& candidate : end_of_turn_texts()) {
+    if (text == candidate) return true;
+  }
+  return false;
+}
+
+int byte_token_value(std::string_view text) {
+  if (text.size() != 6 || text.substr(0, 3) != "<0x" || text[5] != '>') return -1;
+  int value = 0;
+  for (char c : text.substr(3, 2)) {
+    int digit = -1;
+    if (c >= '0' && c <= '9') digit = c - '0';
+    if (c >= 'A' && c <= 'F') digit = c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') digit = c - 'a' + 10;
+    if (digit < 0) return -1;
+    value = value * 16 + digit;
+  }
+  return value;
+}
+
+SpecialTokenSplitter::SpecialTokenSplitter(const TokenizerSpec& spec) {
+  for (size_t i = 0; i < spec.tokens.size(); ++i) {
+    const TokenId id = static_cast<TokenId>(i);
+    const TokenKind kind = token_kind(spec, id);
+    // An empty text would match everywhere and never make progress.
+    if (spec.tokens[i].empty()) continue;
+    if (kind == TokenKind::kControl || kind == TokenKind::kUnknown) {
+      specials_.push_back({id, spec.tokens[i], true});
+    } else if (kind == TokenKind::kUserDefined) {
+      specials_.push_back({id, spec.tokens[i], false});
+    }
+  }
+  std::stable_sort(specials_.begin(), specials_.end(), [](const Special& a, const Special& b) {
+    return a.text.size() > b.text.size();
+  });
+}
+
+std::vector<Fragment> SpecialTokenSplitter::split(std::string_view text,
+                                                  bool parse_special) const {
+  std::vector<Fragment> fragments;
+  if (!text.empty()) fragments.push_back({-1, text});
+  std::vector<Fragment> next;
+  for (const Special& special : specials_) {
+    if (special.needs_parse_special && !parse_special) continue;
+    next.clear();
+    for (const Fragment& fragment : fragments) {
+      if (fragment.token >= 0) {
+        next.push_back(fragment);
+        continue;
+      }
+      std::string_view rest = fragment.text;
+      for (size_t match; (match = rest.find(special.text)) != std::string_view::npos;) {
+        if (match > 0) next.push_back({-1, rest.substr(0, match)});
+        next.push_back({special.id, {}});
+        rest = rest.substr(match + special.text.size());
+      }
+      if (!rest.empty()) next.push_back({-1, rest});
+    }
+    fragments.swap(next);
+  }
+  return fragments;
+}
+
+}  // namespace helios

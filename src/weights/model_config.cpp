@@ -1,0 +1,80 @@
+// GGUF metadata → ModelConfig.
+#include <string>
+
+#include "helios/gguf.h"
+#include "helios/model_config.h"
+
+namespace helios {
+namespace {
+
+StatusOr<int32_t> get_positive(const GgufFile& f, const std::string& key, int64_t max_value) {
+  auto v = f.get_uint(key);
+  if (!v.ok()) return v.status();
+  if (*v == 0 || *v > static_cast<uint64_t>(max_value)) {
+    return invalid_argument(f.path() + ": metadata '" + key + "' = " + std::to_string(*v) +
+                            " is out of range (1.." + std::to_string(max_value) + ")");
+  }
+  return static_cast<int32_t>(*v);
+}
+
+}  // namespace
+
+StatusOr<ModelConfig> model_config_from_gguf(const GgufFile& f) {
+  ModelConfig c;
+  HELIOS_ASSIGN_OR_RETURN(c.architecture, f.get_string("general.architecture"));
+  if (c.architecture != "llama") {
+    return invalid_argument(f.path() + ": architecture '" + c.architecture +
+                            "' is not supported; supported: " + kSupportedArchitectures);
+  }
+  auto name = f.get_string("general.name");
+  c.name = name.ok() ? *name : "";
+  const std::string a = c.architecture + ".";
+  HELIOS_ASSIGN_OR_RETURN(c.n_layer, get_positive(f, a + "block_count", 1024));
+  HELIOS_ASSIGN_OR_RETURN(c.n_embd, get_positive(f, a + "embedding_length", 1 << 16));
+  HELIOS_ASSIGN_OR_RETURN(c.n_head, get_positive(f, a + "attention.head_count", 1024));
+  c.n_head_kv = c.n_head;
+  if (f.find(a + "attention.head_count_kv")) {
+    HELIOS_ASSIGN_OR_RETURN(c.n_head_kv, get_positive(f, a + "attention.head_count_kv", 1024));
+  }
+  HELIOS_ASSIGN_OR_RETURN(c.n_ff, get_positive(f, a + "feed_forward_length", 1 << 20));
+  HELIOS_ASSIGN_OR_RETURN(c.n_ctx_train, get_positive(f, a + "context_length", 1 << 24));
+  if (c.n_embd % c.n_head != 0) {
+    return invalid_argument(f.path() + ": embedding_length " + std::to_string(c.n_embd) +
+                            " is not a multiple of head_count " + std::to_string(c.n_head));
+  }
+  if (c.n_head % c.n_head_kv != 0) {
+    return invalid_argument(f.path() + ": head_count " + std::to_string(c.n_head) +
+                            " is not a multiple of head_count_kv " + std::to_string(c.n_head_kv));
+  }
+  c.head_dim = c.n_embd / c.n_head;
+  c.n_rot = c.head_dim;
+  if (f.find(a + "rope.dimension_count")) {
+    HELIOS_ASSIGN_OR_RETURN(c.n_rot, get_positive(f, a + "rope.dimension_count", c.head_dim));
+    if (c.n_rot % 2 != 0) return invalid_argument(f.path() + ": rope.dimension_count must be even");
+  }
+  if (f.find(a + "rope.freq_base")) {
+    HELIOS_ASSIGN_OR_RETURN(double base, f.get_float(a + "rope.freq_base"));
+    if (!(base > 1.0)) return invalid_argument(f.path() + ": rope.freq_base must be > 1");
+    c.rope_freq_base = static_cast<float>(base);
+  }
+  if (f.find(a + "attention.layer_norm_rms_epsilon")) {
+    HELIOS_ASSIGN_OR_RETURN(double eps, f.get_float(a + "attention.layer_norm_rms_epsilon"));
+    if (!(eps > 0 && eps < 1)) return invalid_argument(f.path() + ": layer_norm_rms_epsilon must be in (0, 1)");
+    c.rms_eps = static_cast<float>(eps);
+  }
+  // `llama` GGUF files store Q/K already permuted for interleaved pairs; a file may say otherwise.
+  if (auto layout = f.get_string("helios.rope.layout"); layout.ok()) {
+    if (*layout == "halves") c.rope_layout = RopeLayout::kHalves;
+    else if (*layout != "interleaved") {
+      return invalid_argument(f.path() + ": helios.rope.layout '" + *layout + "' (valid: interleaved, halves)");
+    }
+  }
+  const GgufTensorInfo* embd = f.find_tensor("token_embd.weight");
+  if (!embd) return invalid_argument(f.path() + ": tensor 'token_embd.weight' is missing");
+  if (embd->dims.size() != 2) return invalid_argument(f.path() + ": token_embd.weight must be 2-D");
+  c.n_vocab = static_cast<int32_t>(embd->dims[1]);
+  c.tied_output = f.find_tensor("output.weight") == nullptr;
+  return c;
+}
+
+}  // namespace helios
