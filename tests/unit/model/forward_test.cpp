@@ -1,0 +1,275 @@
+// The forward pass against a dense, unpaged reference written here from the formulas, and the
+// invariances continuous batching relies on: a sequence's logits do not depend on which blocks it
+// occupies, on how its prompt is chunked, or on what else is in the batch.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "helios/gguf.h"
+#include "helios/model.h"
+#include "helios/model_tools.h"
+#include "test_paths.h"
+
+namespace helios {
+namespace {
+
+std::string synthetic_model(const std::string& name, bool rope_halves, int n_head_kv,
+                            bool untied) {
+  SyntheticModelSpec s;
+  s.n_layer = 3;
+  s.n_embd = 64;
+  s.n_head = 4;
+  s.n_head_kv = n_head_kv;
+  s.n_ff = 96;
+  s.n_vocab = 300;
+  s.rope_halves = rope_halves;
+  s.tied_output = !untied;
+  s.type = TensorType::kF32;
+  s.seed = 11;
+  const std::string path = testing::temp_dir() + "/" + name + ".gguf";
+  EXPECT_TRUE(make_synthetic_model(s, path).ok());
+  return path;
+}
+
+// Dense reference: row-major matrices [out, in], positions 0..n-1, no cache paging.
+std::vector<float> dense_logits(const std::string& path, const std::vector<TokenId>& tokens) {
+  auto file = GgufFile::open(path);
+  auto cfg = model_config_from_gguf(**file);
+  const ModelConfig& c = *cfg;
+  auto tensor = [&](const std::string& name) {
+    const GgufTensorInfo* t = (*file)->find_tensor(name);
+    std::vector<float> v(t->n_elements());
+    EXPECT_TRUE(dequantize_row(t->type, t->data, v.data(), t->n_elements()).ok());
+    return v;
+  };
+  auto matvec = [](const std::vector<float>& w, const std::vector<float>& x, int n_out) {
+    const int n_in = static_cast<int>(x.size());
+    std::vector<float> y(n_out, 0.0f);
+    for (int o = 0; o < n_out; ++o)
+      for (int i = 0; i < n_in; ++i) y[o] += w[static_cast<size_t>(o) * n_in + i] * x[i];
+    return y;
+  };
+  auto rmsnorm = [&](const std::vector<float>& x, const std::vector<float>& w) {
+    double ss = 0;
+    for (float v : x) ss += v * v;
+    const float inv = 1.0f / std::sqrt(static_cast<float>(ss / x.size()) + c.rms_eps);
+    std::vector<float> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * w[i];
+    return y;
+  };
+  auto rope = [&](std::vector<float>& v, int n_heads, int pos) {
+    for (int h = 0; h < n_heads; ++h)
+      for (int i = 0; i < c.n_rot / 2; ++i) {
+        const double theta = pos * std::pow(c.rope_freq_base, -2.0 * i / c.n_rot);
+        const int a = c.rope_layout == RopeLayout::kInterleaved ? 2 * i : i;
+        const int b = c.rope_layout == RopeLayout::kInterleaved ? 2 * i + 1 : i + c.n_rot / 2;
+        float* x = v.data() + h * c.head_dim;
+        const float x0 = x[a], x1 = x[b];
+        x[a] = static_cast<float>(x0 * std::cos(theta) - x1 * std::sin(theta));
+        x[b] = static_cast<float>(x0 * std::sin(theta) + x1 * std::cos(theta));
+      }
+  };
+  const auto embd = tensor("token_embd.weight");
+  std::vector<std::vector<float>> xs;
+  for (TokenId t : tokens) xs.emplace_back(embd.begin() + t * c.n_embd, embd.begin() + (t + 1) * c.n_embd);
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const auto wq = tensor(p + "attn_q.weight"), wk = tensor(p + "attn_k.weight"),
+               wv = tensor(p + "attn_v.weight"), wo = tensor(p + "attn_output.weight"),
+               an = tensor(p + "attn_norm.weight"), fn = tensor(p + "ffn_norm.weight"),
+               wg = tensor(p + "ffn_gate.weight"), wu = tensor(p + "ffn_up.weight"),
+               wd = tensor(p + "ffn_down.weight");
+    std::vector<std::vector<float>> q, k, v;
+    for (size_t t = 0; t < xs.size(); ++t) {
+      const auto h = rmsnorm(xs[t], an);
+      q.push_back(matvec(wq, h, c.q_dim()));
+      k.push_back(matvec(wk, h, c.kv_dim()));
+      v.push_back(matvec(wv, h, c.kv_dim()));
+      rope(q.back(), c.n_head, static_cast<int>(t));
+      rope(k.back(), c.n_head_kv, static_cast<int>(t));
+    }
+    for (size_t t = 0; t < xs.size(); ++t) {
+      std::vector<float> attn(c.q_dim(), 0.0f);
+      for (int h = 0; h < c.n_head; ++h) {
+        const int kvh = h / (c.n_head / c.n_head_kv);
+        std::vector<double> s(t + 1);
+        double mx = -1e30, sum = 0;
+        for (size_t j = 0; j <= t; ++j) {
+          double d = 0;
+          for (int i = 0; i < c.head_dim; ++i) d += q[t][h * c.head_dim + i] * k[j][kvh * c.head_dim + i];
+          s[j] = d / std::sqrt(static_cast<double>(c.head_dim));
+          mx = std::max(mx, s[j]);
+        }
+        for (auto& x : s) sum += (x = std::exp(x - mx));
+        for (size_t j = 0; j <= t; ++j)
+          for (int i = 0; i < c.head_dim; ++i)
+            attn[h * c.head_dim + i] += static_cast<float>(s[j] / sum) * v[j][kvh * c.head_dim + i];
+      }
+      const auto o = matvec(wo, attn, c.n_embd);
+      for (int i = 0; i < c.n_embd; ++i) xs[t][i] += o[i];
+      const auto h2 = rmsnorm(xs[t], fn);
+      auto g = matvec(wg, h2, c.n_ff);
+      const auto u = matvec(wu, h2, c.n_ff);
+      for (int i = 0; i < c.n_ff; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+      const auto d = matvec(wd, g, c.n_embd);
+      for (int i = 0; i < c.n_embd; ++i) xs[t][i] += d[i];
+    }
+  }
+  const auto head = c.tied_output ? embd : tensor("output.weight");
+  return matvec(head, rmsnorm(xs.back(), tensor("output_norm.weight")), c.n_vocab);
+}
+
+struct Fixture {
+  std::unique_ptr<Backend> backend = make_cpu_backend(2);
+  std::unique_ptr<Model> model;
+  std::unique_ptr<KvCacheStorage> kv;
+  BlockAllocator allocator{64};
+
+  explicit Fixture(const std::string& path) {
+    auto m = Model::load(path, *backend);
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    model = std::move(*m);
+    auto s = KvCacheStorage::create(*backend, model->config(), 64, 4);
+    kv = std::make_unique<KvCacheStorage>(std::move(*s));
+  }
+  // Logits after the whole sequence, run as the given chunks.
+  std::vector<float> run(const std::vector<TokenId>& tokens, BlockTable& table,
+                         const std::vector<size_t>& chunk_ends) {
+    EXPECT_TRUE(reserve_tokens(allocator, table, static_cast<int32_t>(tokens.size()), 4));
+    size_t begin = 0;
+    std::vector<float> last;
+    for (size_t end : chunk_ends) {
+      ForwardBatch b;
+      b.seqs.push_back({{tokens.begin() + begin, tokens.begin() + end}, static_cast<int32_t>(begin), &table, LogitsWanted::kLast});
+      auto r = model->forward(b, *kv);
+      EXPECT_TRUE(r.ok()) << r.status().to_string();
+      last.assign(r->row(0), r->row(0) + r->n_vocab);
+      begin = end;
+    }
+    return last;
+  }
+};
+
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, float tol) {
+  ASSERT_EQ(a.size(), b.size());
+  float worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  EXPECT_LE(worst, tol) << "largest logit difference";
+}
+
+const std::vector<TokenId> kTokens = {1, 70, 200, 45, 299, 3, 150, 150, 77, 12, 250, 9, 33};
+
+class ForwardVsDense : public ::testing::TestWithParam<std::tuple<bool, int, bool>> {};
+
+TEST_P(ForwardVsDense, MatchesTheDenseReference) {
+  const auto [halves, kv_heads, untied] = GetParam();
+  const std::string path = synthetic_model("dense_" + std::to_string(halves) + std::to_string(kv_heads) +
+                                           std::to_string(untied), halves, kv_heads, untied);
+  Fixture f(path);
+  BlockTable table;
+  const auto got = f.run(kTokens, table, {kTokens.size()});
+  expect_close(got, dense_logits(path, kTokens), 2e-4f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, ForwardVsDense,
+                         ::testing::Values(std::make_tuple(false, 4, false),  // MHA, interleaved
+                                           std::make_tuple(false, 2, true),   // GQA, untied head
+                                           std::make_tuple(true, 1, false))); // MQA, halves
+
+TEST(Forward, ChunkedPrefillAndDecodeEqualOnePass) {
+  Fixture f(synthetic_model("chunks", false, 2, false));
+  BlockTable a, b;
+  const auto whole = f.run(kTokens, a, {kTokens.size()});
+  const auto chunked = f.run(kTokens, b, {3, 4, 9, 10, 11, 12, kTokens.size()});
+  expect_close(chunked, whole, 1e-4f);
+}
+
+TEST(Forward, ScatteredBlocksGiveTheSameLogits) {
+  Fixture f(synthetic_model("scatter", false, 2, false));
+  BlockTable contiguous;
+  const auto expected = f.run(kTokens, contiguous, {kTokens.size()});
+  BlockTable scattered;
+  scattered.block_ids = {40, 7, 63, 22};  // 16 slots for 13 tokens, in no particular order
+  ForwardBatch b;
+  b.seqs.push_back({kTokens, 0, &scattered, LogitsWanted::kLast});
+  auto r = f.model->forward(b, *f.kv);
+  ASSERT_TRUE(r.ok());
+  expect_close({r->row(0), r->row(0) + r->n_vocab}, expected, 1e-4f);
+}
+
+TEST(Forward, MixedBatchEqualsEachSequenceAlone) {
+  Fixture f(synthetic_model("mixed", false, 2, false));
+  const std::vector<std::vector<TokenId>> seqs = {
+      {1, 5, 9, 200}, {1, 17}, {1, 100, 101, 102, 103, 104, 105, 106, 107}};
+  std::vector<std::vector<float>> alone;
+  for (const auto& s : seqs) {
+    BlockTable t;
+    alone.push_back(f.run(s, t, {s.size()}));
+  }
+  // Prefill all but the last token of seqs 0 and 1 first, then one batch that mixes their
+  // single-token decodes with the whole prefill of seq 2.
+  BlockTable t0, t1, t2;
+  f.run(seqs[0], t0, {3});
+  f.run(seqs[1], t1, {1});
+  ASSERT_TRUE(reserve_tokens(f.allocator, t2, 9, 4));
+  ForwardBatch b;
+  b.seqs.push_back({{seqs[0][3]}, 3, &t0, LogitsWanted::kLast});
+  b.seqs.push_back({seqs[2], 0, &t2, LogitsWanted::kAll});
+  b.seqs.push_back({{seqs[1][1]}, 1, &t1, LogitsWanted::kLast});
+  auto r = f.model->forward(b, *f.kv);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->row_seq.size(), 1u + 9u + 1u);
+  auto row_of = [&](int entry, int pos) {  // entry: index in the batch
+    for (size_t i = 0; i < r->row_seq.size(); ++i)
+      if (r->row_seq[i] == entry && r->row_pos[i] == pos) return std::vector<float>(r->row(i), r->row(i) + r->n_vocab);
+    ADD_FAILURE() << "no row for entry " << entry << " pos " << pos;
+    return std::vector<float>();
+  };
+  expect_close(row_of(0, 3), alone[0], 1e-4f);
+  expect_close(row_of(1, 8), alone[2], 1e-4f);
+  expect_close(row_of(2, 1), alone[1], 1e-4f);
+}
+
+TEST(Forward, RefusesMalformedBatches) {
+  Fixture f(synthetic_model("bad", false, 2, false));
+  BlockTable t;
+  ASSERT_TRUE(reserve_tokens(f.allocator, t, 4, 4));
+  ForwardBatch too_long;
+  too_long.seqs.push_back({{1, 2, 3, 4, 5}, 0, &t, LogitsWanted::kLast});
+  EXPECT_EQ(f.model->forward(too_long, *f.kv).status().code(), StatusCode::kInvalidArgument);
+  ForwardBatch bad_token;
+  bad_token.seqs.push_back({{1, 300}, 0, &t, LogitsWanted::kLast});
+  auto s = f.model->forward(bad_token, *f.kv).status();
+  EXPECT_NE(s.message().find("token id 300"), std::string::npos) << s.message();
+  ForwardBatch empty;
+  empty.seqs.push_back({{}, 0, &t, LogitsWanted::kLast});
+  EXPECT_FALSE(f.model->forward(empty, *f.kv).ok());
+  BlockTable outside;
+  outside.block_ids = {64};
+  ForwardBatch bad_block;
+  bad_block.seqs.push_back({{1}, 0, &outside, LogitsWanted::kLast});
+  EXPECT_FALSE(f.model->forward(bad_block, *f.kv).ok());
+}
+
+TEST(ModelLoad, RefusesOtherArchitecturesListingTheSupportedOnes) {
+  GgufWriter w;
+  w.set_string("general.architecture", "gemma3");
+  const std::string path = testing::temp_dir() + "/gemma.gguf";
+  ASSERT_TRUE(w.write(path).ok());
+  auto backend = make_cpu_backend(1);
+  auto m = Model::load(path, *backend);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("gemma3"), std::string::npos);
+  EXPECT_NE(m.status().message().find("llama"), std::string::npos);
+}
+
+TEST(ModelLoad, MissingFileIsNotFound) {
+  auto backend = make_cpu_backend(1);
+  auto m = Model::load("/nonexistent/model.gguf", *backend);
+  EXPECT_EQ(m.status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace helios
