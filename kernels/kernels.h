@@ -60,6 +60,22 @@ void ref_swiglu(const float* gate, const float* up, int64_t n, float* out);
 void ref_matmul(const float* x, const float* w, int32_t n_rows, int32_t n_in, int32_t n_out,
                 float* y);
 
+// --- Quantized weights.
+// Weights stay in their GGUF block format (ids as GGUF numbers them). Activations are rounded
+// to 8 bits per block of 32 first — Q8_1 (with the block sum) for Q4_1 weights, Q8_0 otherwise —
+// exactly as llama.cpp does, so both produce the same logits to within float summation order.
+enum WeightType : uint32_t { kWeightF32 = 0, kWeightQ4_0 = 2, kWeightQ4_1 = 3, kWeightQ8_0 = 8 };
+
+// Bytes of one quantized activation row of n_in values (n_in a multiple of 32).
+int64_t ref_activation_row_bytes(uint32_t weight_type, int32_t n_in);
+// xq[r] = quantize(x[r]) for r < n_rows.  x: [n_rows, n_in]; xq: [n_rows, activation_row_bytes]
+void ref_quantize_activations(uint32_t weight_type, const float* x, int32_t n_rows, int32_t n_in,
+                              void* xq);
+// y[r, o] = dot(w[o], xq[r]) for output rows o in [out_begin, out_end).
+//   w: [n_out, n_in] in weight_type blocks; xq from ref_quantize_activations; y: [n_rows, n_out]
+void ref_matmul_quantized(uint32_t weight_type, const void* w, const void* xq, int32_t n_rows,
+                          int32_t n_in, int32_t n_out, int32_t out_begin, int32_t out_end, float* y);
+
 // x += y over n values (the residual connection).
 void ref_add(float* x, const float* y, int64_t n);
 

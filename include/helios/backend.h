@@ -12,9 +12,18 @@
 #include <utility>
 
 #include "helios/status.h"
+#include "helios/tensor_type.h"
 #include "kernels/kernels.h"
 
 namespace helios {
+
+// A weight matrix in backend memory, [n_out, n_in] row-major in `type`'s GGUF block layout.
+struct WeightMatrix {
+  const void* data = nullptr;
+  TensorType type = TensorType::kF32;
+  int32_t n_out = 0;
+  int32_t n_in = 0;
+};
 
 class Backend {
  public:
@@ -27,14 +36,16 @@ class Backend {
   virtual void upload(float* dst, const float* host_src, size_t n_floats) = 0;
   virtual void download(float* host_dst, const float* src, size_t n_floats) = 0;
   virtual void synchronize() {}
+  // Weight types matmul() takes as they are; the loader turns others into F32.
+  virtual bool supports_weight_type(TensorType type) const = 0;
 
   // --- ops (required), parameters as kernels::ref_<op>
   virtual void embedding(const int32_t* host_tokens, int32_t n_tokens, const float* table,
                          int32_t dim, float* out) = 0;
   virtual void rmsnorm(const float* x, const float* weight, int32_t n_rows, int32_t dim,
                        float eps, float* out) = 0;
-  virtual void matmul(const float* x, const float* w, int32_t n_rows, int32_t n_in,
-                      int32_t n_out, float* y) = 0;
+  // y[r] = W x[r].  x: [n_rows, w.n_in]; y: [n_rows, w.n_out]
+  virtual void matmul(const float* x, const WeightMatrix& w, int32_t n_rows, float* y) = 0;
   virtual void rope(float* x, const int32_t* host_positions, int32_t n_tokens, int32_t n_heads,
                     int32_t head_dim, int32_t n_rot, float freq_base, bool interleaved) = 0;
   virtual void kv_write(const float* k, const float* v, const int32_t* host_slots,

@@ -13,26 +13,32 @@ namespace helios {
 
 class GgufFile;
 
+// A matrix in backend memory, in the file's type when the backend multiplies with it directly
+// (e.g. Q4_1 on the CPU), else dequantized to F32.
+struct Matrix {
+  Buffer storage;
+  WeightMatrix view;
+};
+
 struct LayerWeights {
   Buffer attn_norm;  // [n_embd]
-  Buffer wq;         // [n_head * head_dim, n_embd]
-  Buffer wk;         // [n_head_kv * head_dim, n_embd]
-  Buffer wv;         // [n_head_kv * head_dim, n_embd]
-  Buffer wo;         // [n_embd, n_head * head_dim]
+  Matrix wq;         // [n_head * head_dim, n_embd]
+  Matrix wk;         // [n_head_kv * head_dim, n_embd]
+  Matrix wv;         // [n_head_kv * head_dim, n_embd]
+  Matrix wo;         // [n_embd, n_head * head_dim]
   Buffer ffn_norm;   // [n_embd]
-  Buffer w_gate;     // [n_ff, n_embd]
-  Buffer w_up;       // [n_ff, n_embd]
-  Buffer w_down;     // [n_embd, n_ff]
+  Matrix w_gate;     // [n_ff, n_embd]
+  Matrix w_up;       // [n_ff, n_embd]
+  Matrix w_down;     // [n_embd, n_ff]
 };
 
 struct ModelWeights {
-  Buffer tok_embd;     // [n_vocab, n_embd]
+  Buffer tok_embd;     // [n_vocab, n_embd] f32, for the embedding lookup
   Buffer output_norm;  // [n_embd]
-  Buffer output;       // [n_vocab, n_embd]; empty when tied to tok_embd
+  Matrix output;       // [n_vocab, n_embd] LM head (token_embd.weight again when tied)
   std::vector<LayerWeights> layers;
   int64_t n_params = 0;
-
-  const float* lm_head() const { return output.empty() ? tok_embd.data() : output.data(); }
+  int64_t n_bytes = 0;  // backend memory the weights occupy
 };
 
 // Called after each tensor with (tensors done, tensors in all).

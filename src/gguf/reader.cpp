@@ -35,12 +35,17 @@ class Cursor {
   uint64_t pos() const { return pos_; }
   uint64_t remaining() const { return size_ - pos_; }
 
+  // Reports the offset where the most recently read field starts.
   Status error(const std::string& field, const std::string& what) const {
-    return data_loss(file_ + ": " + field + " at offset " + hex_offset(pos_) + ": " + what);
+    return error_at(field_pos_, field, what);
+  }
+  Status error_at(uint64_t at, const std::string& field, const std::string& what) const {
+    return data_loss(file_ + ": " + field + " at offset " + hex_offset(at) + ": " + what);
   }
 
   template <typename T>
   Status read(T* out, const std::string& field) {
+    field_pos_ = pos_;
     if (remaining() < sizeof(T)) {
       return error(field, "file ends after " + std::to_string(size_) + " bytes (truncated?)");
     }
@@ -55,6 +60,7 @@ class Cursor {
     HELIOS_RETURN_IF_ERROR(read(&len, field + " length"));
     if (len > remaining()) {
       pos_ = at;
+      field_pos_ = at;
       return error(field, "string length " + std::to_string(len) + " exceeds the " +
                               std::to_string(remaining() - 8) + " bytes left in the file");
     }
@@ -77,6 +83,7 @@ class Cursor {
   const uint8_t* base_;
   size_t size_;
   uint64_t pos_ = 0;
+  uint64_t field_pos_ = 0;  // start of the field read last
   const std::string& file_;
 };
 
@@ -123,7 +130,7 @@ Status read_scalar(Cursor& c, GgufType type, GgufValue* v, const std::string& fi
 
 Status read_value(Cursor& c, GgufType type, GgufValue* v, const std::string& field, uint32_t depth) {
   if (type != GgufType::kArray) return read_scalar(c, type, v, field);
-  if (depth >= kMaxArrayDepth) return c.error(field, "arrays nested deeper than 4 levels");
+  if (depth >= kMaxArrayDepth) return c.error_at(c.pos(), field, "arrays nested deeper than 4 levels");
   v->type = GgufType::kArray;
   uint32_t elem_type = 0;
   HELIOS_RETURN_IF_ERROR(c.read(&elem_type, field + " element type"));
@@ -258,15 +265,16 @@ Status GgufFile::parse_all() {
                      " is not supported (supported: 2, 3)");
   }
   uint64_t n_tensors = 0, n_kv = 0;
-  HELIOS_RETURN_IF_ERROR(c.read(&n_tensors, "tensor count"));
-  HELIOS_RETURN_IF_ERROR(c.read(&n_kv, "metadata count"));
   // A key-value pair needs ≥ 13 bytes (key length, key type, a 1-byte value); a tensor info ≥ 24.
-  HELIOS_RETURN_IF_ERROR(c.check_count(n_kv, 13, "metadata count"));
+  HELIOS_RETURN_IF_ERROR(c.read(&n_tensors, "tensor count"));
   HELIOS_RETURN_IF_ERROR(c.check_count(n_tensors, 24, "tensor count"));
+  HELIOS_RETURN_IF_ERROR(c.read(&n_kv, "metadata count"));
+  HELIOS_RETURN_IF_ERROR(c.check_count(n_kv, 13, "metadata count"));
 
   for (uint64_t i = 0; i < n_kv; ++i) {
     const std::string field = "metadata[" + std::to_string(i) + "]";
     std::string key;
+    const uint64_t key_pos = c.pos();
     HELIOS_RETURN_IF_ERROR(c.read_string(&key, field + " key"));
     uint32_t type = 0;
     HELIOS_RETURN_IF_ERROR(c.read(&type, "type of '" + key + "'"));
@@ -275,7 +283,7 @@ Status GgufFile::parse_all() {
     }
     GgufValue value;
     HELIOS_RETURN_IF_ERROR(read_value(c, static_cast<GgufType>(type), &value, "'" + key + "'", 0));
-    if (kv_.count(key)) return c.error("'" + key + "'", "duplicate metadata key");
+    if (kv_.count(key)) return c.error_at(key_pos, "'" + key + "'", "duplicate metadata key");
     key_order_.push_back(key);
     kv_.emplace(key, std::move(value));
   }
@@ -290,6 +298,7 @@ Status GgufFile::parse_all() {
 
   for (uint64_t i = 0; i < n_tensors; ++i) {
     GgufTensorInfo t;
+    const uint64_t name_pos = c.pos();
     HELIOS_RETURN_IF_ERROR(c.read_string(&t.name, "tensor[" + std::to_string(i) + "] name"));
     const std::string field = "tensor '" + t.name + "'";
     uint32_t n_dims = 0;
@@ -324,7 +333,7 @@ Status GgufFile::parse_all() {
       return c.error(field, "data offset " + std::to_string(t.offset_bytes) +
                                 " is not a multiple of the alignment " + std::to_string(alignment_));
     }
-    if (tensor_index_.count(t.name)) return c.error(field, "duplicate tensor name");
+    if (tensor_index_.count(t.name)) return c.error_at(name_pos, field, "duplicate tensor name");
     tensor_index_.emplace(t.name, tensors_.size());
     tensors_.push_back(std::move(t));
   }
@@ -370,7 +379,9 @@ StatusOr<std::string> GgufFile::get_string(const std::string& key) const {
 StatusOr<uint64_t> GgufFile::get_uint(const std::string& key) const {
   const GgufValue* v = find(key);
   if (!v) return not_found(path_ + ": metadata key '" + key + "' is missing");
-  if (!v->is_integer() || v->i64 < 0) {
+  // A u64 at or above 2^63 has a negative i64 but is still non-negative.
+  const bool negative = v->type != GgufType::kUint64 && v->i64 < 0;
+  if (!v->is_integer() || negative) {
     return invalid_argument(path_ + ": metadata '" + key + "' = " + v->to_display_string() +
                             " (" + gguf_type_name(v->type) + "), expected a non-negative integer");
   }
@@ -381,6 +392,7 @@ StatusOr<double> GgufFile::get_float(const std::string& key) const {
   const GgufValue* v = find(key);
   if (!v) return not_found(path_ + ": metadata key '" + key + "' is missing");
   if (v->is_float()) return v->f64;
+  if (v->type == GgufType::kUint64) return static_cast<double>(v->u64);
   if (v->is_integer()) return static_cast<double>(v->i64);
   return invalid_argument(path_ + ": metadata '" + key + "' is " + gguf_type_name(v->type) + ", expected a number");
 }

@@ -2,6 +2,8 @@
 // Block layouts follow the GGUF specification; each loop below is the plain per-block formula.
 #include "helios/tensor_type.h"
 
+#include "kernels/ref/fp16.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -332,50 +334,8 @@ Status quantize_row(TensorType type, const float* src, void* dst, int64_t n) {
   return ok_status();
 }
 
-float fp16_to_fp32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1F, mant = h & 0x3FF, bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: renormalise
-      int e = -1;
-      do { ++e; mant <<= 1; } while ((mant & 0x400) == 0);
-      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (mant & 0x3FF) << 13;
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7F800000 | mant << 13;
-  } else {
-    bits = sign | (exp + 127 - 15) << 23 | mant << 13;
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t fp32_to_fp16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const uint16_t sign = (x >> 16) & 0x8000;
-  const uint32_t exp = (x >> 23) & 0xFF;
-  uint32_t mant = x & 0x7FFFFF;
-  if (exp == 0xFF) return sign | 0x7C00 | (mant ? 0x200 : 0);  // inf / nan
-  int e = static_cast<int>(exp) - 127 + 15;
-  if (e >= 31) return sign | 0x7C00;                              // overflow → inf
-  if (e <= 0) {                                                    // subnormal or zero
-    if (e < -10) return sign;
-    mant |= 0x800000;
-    const int shift = 14 - e;
-    uint32_t half = mant >> shift;
-    const uint32_t rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
-    if (rem > mid || (rem == mid && (half & 1))) ++half;
-    return sign | static_cast<uint16_t>(half);
-  }
-  uint32_t half = static_cast<uint32_t>(e) << 10 | mant >> 13;
-  const uint32_t rem = mant & 0x1FFF;
-  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) ++half;  // round to nearest even
-  return sign | static_cast<uint16_t>(half);
-}
+float fp16_to_fp32(uint16_t h) { return kernels::fp16_to_fp32(h); }
+uint16_t fp32_to_fp16(float f) { return kernels::fp32_to_fp16(f); }
 
 float bf16_to_fp32(uint16_t h) {
   const uint32_t bits = static_cast<uint32_t>(h) << 16;

@@ -10,7 +10,16 @@
 namespace helios {
 namespace {
 
-constexpr uint64_t kAlignment = 32;
+constexpr uint64_t kDefaultAlignment = 32;
+
+// The alignment the file declares (the reader honours general.alignment), else the default.
+uint64_t declared_alignment(const std::vector<std::pair<std::string, GgufValue>>& kv) {
+  for (const auto& [key, v] : kv) {
+    if (key != "general.alignment" || !v.is_integer()) continue;
+    if (v.u64 != 0 && (v.u64 & (v.u64 - 1)) == 0 && v.u64 <= (1u << 20)) return v.u64;
+  }
+  return kDefaultAlignment;
+}
 
 class Bytes {
  public:
@@ -167,6 +176,7 @@ Status GgufWriter::write_to(const Sink& sink) const {
     b.put<uint32_t>(static_cast<uint32_t>(value.type));
     put_value(b, value);
   }
+  const uint64_t alignment = declared_alignment(kv_);
   uint64_t offset = 0;
   for (const auto& t : tensors_) {
     b.put_string(t.name);
@@ -174,19 +184,19 @@ Status GgufWriter::write_to(const Sink& sink) const {
     for (int64_t d : t.dims) b.put<uint64_t>(static_cast<uint64_t>(d));
     b.put<uint32_t>(static_cast<uint32_t>(t.type));
     b.put<uint64_t>(offset);
-    offset += (t.n_bytes + kAlignment - 1) / kAlignment * kAlignment;
+    offset += (t.n_bytes + alignment - 1) / alignment * alignment;
   }
-  b.pad_to(kAlignment);
+  b.pad_to(alignment);
   if (!sink(b.data().data(), b.data().size())) return internal_error("write failed in the header");
-  static const uint8_t kZeros[kAlignment] = {};
+  const std::vector<uint8_t> zeros(alignment, 0);
   for (const auto& t : tensors_) {
     const std::vector<uint8_t> bytes = t.make();
     if (bytes.size() != t.n_bytes) {
       return internal_error("tensor '" + t.name + "' produced " + std::to_string(bytes.size()) +
                             " bytes, " + std::to_string(t.n_bytes) + " expected");
     }
-    const size_t pad = (kAlignment - bytes.size() % kAlignment) % kAlignment;
-    if (!sink(bytes.data(), bytes.size()) || !sink(kZeros, pad)) {
+    const size_t pad = (alignment - bytes.size() % alignment) % alignment;
+    if (!sink(bytes.data(), bytes.size()) || !sink(zeros.data(), pad)) {
       return internal_error("write failed in tensor '" + t.name + "'");
     }
   }

@@ -81,22 +81,22 @@ StatusOr<ForwardResult> Model::forward(const ForwardBatch& batch, KvCacheStorage
 
     // attention: norm → q, k, v → rope → cache → paged attention → output projection → residual
     be.rmsnorm(ws.x.data(), w.attn_norm.data(), n, c.n_embd, c.rms_eps, ws.xb.data());
-    be.matmul(ws.xb.data(), w.wq.data(), n, c.n_embd, c.q_dim(), ws.q.data());
-    be.matmul(ws.xb.data(), w.wk.data(), n, c.n_embd, c.kv_dim(), ws.k.data());
-    be.matmul(ws.xb.data(), w.wv.data(), n, c.n_embd, c.kv_dim(), ws.v.data());
+    be.matmul(ws.xb.data(), w.wq.view, n, ws.q.data());
+    be.matmul(ws.xb.data(), w.wk.view, n, ws.k.data());
+    be.matmul(ws.xb.data(), w.wv.view, n, ws.v.data());
     be.rope(ws.q.data(), ws.positions.data(), n, c.n_head, c.head_dim, c.n_rot, c.rope_freq_base, interleaved);
     be.rope(ws.k.data(), ws.positions.data(), n, c.n_head_kv, c.head_dim, c.n_rot, c.rope_freq_base, interleaved);
     be.kv_write(ws.k.data(), ws.v.data(), ws.slots.data(), n, cache);
     be.paged_attention(ws.q.data(), cache, plan, c.n_head, attn_scale, ws.attn.data());
-    be.matmul(ws.attn.data(), w.wo.data(), n, c.q_dim(), c.n_embd, ws.proj.data());
+    be.matmul(ws.attn.data(), w.wo.view, n, ws.proj.data());
     be.add(ws.x.data(), ws.proj.data(), static_cast<int64_t>(n) * c.n_embd);
 
     // feed-forward: norm → silu(gate) * up → down projection → residual
     be.rmsnorm(ws.x.data(), w.ffn_norm.data(), n, c.n_embd, c.rms_eps, ws.xb.data());
-    be.matmul(ws.xb.data(), w.w_gate.data(), n, c.n_embd, c.n_ff, ws.gate.data());
-    be.matmul(ws.xb.data(), w.w_up.data(), n, c.n_embd, c.n_ff, ws.up.data());
+    be.matmul(ws.xb.data(), w.w_gate.view, n, ws.gate.data());
+    be.matmul(ws.xb.data(), w.w_up.view, n, ws.up.data());
     be.swiglu(ws.gate.data(), ws.up.data(), static_cast<int64_t>(n) * c.n_ff, ws.gate.data());
-    be.matmul(ws.gate.data(), w.w_down.data(), n, c.n_ff, c.n_embd, ws.proj.data());
+    be.matmul(ws.gate.data(), w.w_down.view, n, ws.proj.data());
     be.add(ws.x.data(), ws.proj.data(), static_cast<int64_t>(n) * c.n_embd);
 
     // exit check: an early-exit policy reads the hidden state x here (layer l + 1 of
@@ -109,7 +109,7 @@ StatusOr<ForwardResult> Model::forward(const ForwardBatch& batch, KvCacheStorage
   if (n_rows == 0) return result;
   be.embedding(ws.logit_rows.data(), n_rows, ws.x.data(), c.n_embd, ws.head_in.data());  // gather
   be.rmsnorm(ws.head_in.data(), weights_.output_norm.data(), n_rows, c.n_embd, c.rms_eps, ws.head_in.data());
-  be.matmul(ws.head_in.data(), weights_.lm_head(), n_rows, c.n_embd, c.n_vocab, ws.logits.data());
+  be.matmul(ws.head_in.data(), weights_.output.view, n_rows, ws.logits.data());
   result.logits.resize(static_cast<size_t>(n_rows) * c.n_vocab);
   be.download(result.logits.data(), ws.logits.data(), result.logits.size());
   return result;

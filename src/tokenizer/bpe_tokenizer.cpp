@@ -24,7 +24,8 @@ struct MergeHash {
   using is_transparent = void;
   size_t operator()(const MergeView& k) const {
     const size_t h = std::hash<std::string_view>{}(k.first);
-    return h ^ (std::hash<std::string_view>{}(k.second) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+    const size_t g = std::hash<std::string_view>{}(k.second);
+    return h ^ (g + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
   }
   size_t operator()(const MergeKey& k) const { return (*this)(MergeView(k.first, k.second)); }
 };
@@ -167,9 +168,12 @@ void BpeTokenizer::push_bigram(const std::string& word, const std::vector<Symbol
   queue->push({left, right, it->second, key.first.size() + key.second.size()});
 }
 
-// A merged symbol missing from the vocabulary (possible only when merges and vocabulary
-// disagree) falls back to one token per byte character. llama.cpp looks up the raw UTF-8 bytes
-// of the symbol instead, which finds only ASCII ones; the results agree on consistent files.
+// A symbol missing from the vocabulary (a merge the vocabulary lacks, or a byte character it
+// lacks: SmolLM2 has no token for some bytes that only start rare code points) falls back to
+// one token per byte character, and a character without a token is dropped, as in llama.cpp.
+// llama.cpp looks up the raw UTF-8 bytes of the symbol, which finds only ASCII characters; the
+// results differ only for a merged non-ASCII symbol absent from the vocabulary, which a
+// consistent file does not have.
 void BpeTokenizer::emit_symbol(std::string_view symbol, std::vector<TokenId>* out) const {
   if (const TokenId id = find_token(index_, std::string(symbol)); id >= 0) {
     out->push_back(id);
@@ -179,11 +183,7 @@ void BpeTokenizer::emit_symbol(std::string_view symbol, std::vector<TokenId>* ou
     const size_t start = pos;
     unicode::decode_one(symbol, &pos);
     const TokenId id = find_token(index_, std::string(symbol.substr(start, pos - start)));
-    if (id >= 0) {
-      out->push_back(id);
-    } else if (spec_.unk_id >= 0) {
-      out->push_back(spec_.unk_id);
-    }
+    if (id >= 0) out->push_back(id);
   }
 }
 

@@ -29,7 +29,8 @@ class Splitter {
  public:
   Splitter(const std::vector<uint32_t>& cps, const std::vector<uint8_t>& classes, size_t begin,
            size_t end, std::vector<size_t>* word_ends)
-      : cps_(cps), classes_(classes), begin_(begin), end_(end), last_(begin), word_ends_(word_ends) {}
+      : cps_(cps), classes_(classes), begin_(begin), end_(end), last_(begin),
+        word_ends_(word_ends) {}
 
   void split_gpt2();
   void split_llama3();

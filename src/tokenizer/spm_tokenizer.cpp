@@ -20,7 +20,8 @@ std::string replace_all(std::string_view text, std::string_view from, std::strin
   out.reserve(text.size());
   for (size_t pos = 0;;) {
     const size_t hit = text.find(from, pos);
-    out.append(text.substr(pos, hit == std::string_view::npos ? std::string_view::npos : hit - pos));
+    const size_t n = hit == std::string_view::npos ? std::string_view::npos : hit - pos;
+    out.append(text.substr(pos, n));
     if (hit == std::string_view::npos) return out;
     out.append(to);
     pos = hit + from.size();

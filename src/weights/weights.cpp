@@ -1,4 +1,6 @@
 // GGUF tensors → backend buffers, with their shapes checked against the model config.
+// Matrices keep their quantized type where the backend multiplies with it; the rest is f32.
+#include <cstring>
 #include <string>
 
 #include "helios/gguf.h"
@@ -13,10 +15,8 @@ std::string shape_string(const std::vector<int64_t>& dims) {
   return s + "]";
 }
 
-// Dequantizes tensor `name` (GGUF dims {n_cols, n_rows}, or {n_cols} when n_rows is 0) into
-// backend memory as n_rows rows of n_cols floats.
-StatusOr<Buffer> load_tensor(const GgufFile& file, Backend& backend, const std::string& name,
-                             int64_t n_cols, int64_t n_rows) {
+StatusOr<const GgufTensorInfo*> find_checked(const GgufFile& file, const std::string& name,
+                                            int64_t n_cols, int64_t n_rows) {
   const GgufTensorInfo* t = file.find_tensor(name);
   if (!t) return invalid_argument(file.path() + ": tensor '" + name + "' is missing");
   const std::vector<int64_t> want = n_rows ? std::vector<int64_t>{n_cols, n_rows}
@@ -25,6 +25,27 @@ StatusOr<Buffer> load_tensor(const GgufFile& file, Backend& backend, const std::
     return invalid_argument(file.path() + ": tensor '" + name + "' has shape " +
                             shape_string(t->dims) + ", expected " + shape_string(want));
   }
+  return t;
+}
+
+StatusOr<Buffer> upload(Backend& backend, const std::string& name, const void* data, size_t n_bytes) {
+  Buffer buf(&backend, (n_bytes + sizeof(float) - 1) / sizeof(float));
+  if (buf.empty()) {
+    return resource_exhausted("out of " + backend.name() + " memory loading '" + name + "' (" +
+                              std::to_string(n_bytes) + " bytes)");
+  }
+  // upload() copies whole floats: stage odd sizes through a padded copy.
+  std::vector<float> staged(buf.size(), 0.0f);
+  std::memcpy(staged.data(), data, n_bytes);
+  backend.upload(buf.data(), staged.data(), staged.size());
+  return buf;
+}
+
+// Dequantizes tensor `name` (GGUF dims {n_cols, n_rows}, or {n_cols} when n_rows is 0) into
+// backend memory as n_rows rows of n_cols floats.
+StatusOr<Buffer> load_f32(const GgufFile& file, Backend& backend, const std::string& name,
+                          int64_t n_cols, int64_t n_rows) {
+  HELIOS_ASSIGN_OR_RETURN(const GgufTensorInfo* t, find_checked(file, name, n_cols, n_rows));
   const int64_t rows = n_rows ? n_rows : 1;
   std::vector<float> host(static_cast<size_t>(rows * n_cols));
   const int64_t row_bytes = tensor_row_bytes(t->type, n_cols);
@@ -32,13 +53,23 @@ StatusOr<Buffer> load_tensor(const GgufFile& file, Backend& backend, const std::
     Status s = dequantize_row(t->type, t->data + r * row_bytes, host.data() + r * n_cols, n_cols);
     if (!s.ok()) return invalid_argument(file.path() + ": tensor '" + name + "': " + s.message());
   }
-  Buffer buf(&backend, host.size());
-  if (buf.empty()) {
-    return resource_exhausted("out of " + backend.name() + " memory loading '" + name + "' (" +
-                              std::to_string(host.size() * 4) + " bytes)");
+  return upload(backend, name, host.data(), host.size() * sizeof(float));
+}
+
+// A matrix [n_rows, n_cols]: its own bytes when the backend multiplies with its type, else F32.
+StatusOr<Matrix> load_matrix(const GgufFile& file, Backend& backend, const std::string& name,
+                             int64_t n_cols, int64_t n_rows) {
+  HELIOS_ASSIGN_OR_RETURN(const GgufTensorInfo* t, find_checked(file, name, n_cols, n_rows));
+  Matrix m;
+  m.view = {nullptr, t->type, static_cast<int32_t>(n_rows), static_cast<int32_t>(n_cols)};
+  if (backend.supports_weight_type(t->type)) {
+    HELIOS_ASSIGN_OR_RETURN(m.storage, upload(backend, name, t->data, t->n_bytes));
+  } else {
+    HELIOS_ASSIGN_OR_RETURN(m.storage, load_f32(file, backend, name, n_cols, n_rows));
+    m.view.type = TensorType::kF32;
   }
-  backend.upload(buf.data(), host.data(), host.size());
-  return buf;
+  m.view.data = m.storage.data();
+  return m;
 }
 
 }  // namespace
@@ -49,33 +80,43 @@ StatusOr<ModelWeights> load_weights(const GgufFile& file, const ModelConfig& c, 
   ModelWeights w;
   const int n_total = 3 + 9 * n_layers;
   int n_done = 0;
-  auto load = [&](const std::string& name, int64_t cols, int64_t rows) -> StatusOr<Buffer> {
-    auto b = load_tensor(file, backend, name, cols, rows);
-    if (b.ok()) {
-      w.n_params += cols * (rows ? rows : 1);
-      if (progress) progress(++n_done, n_total);
-    }
+  auto count = [&](const Buffer& b, int64_t n_params) {
+    w.n_params += n_params;
+    w.n_bytes += static_cast<int64_t>(b.size() * sizeof(float));
+    if (progress) progress(++n_done, n_total);
+  };
+  auto vec = [&](const std::string& name, int64_t n) -> StatusOr<Buffer> {
+    auto b = load_f32(file, backend, name, n, 0);
+    if (b.ok()) count(*b, n);
     return b;
   };
-  HELIOS_ASSIGN_OR_RETURN(w.tok_embd, load("token_embd.weight", c.n_embd, c.n_vocab));
-  HELIOS_ASSIGN_OR_RETURN(w.output_norm, load("output_norm.weight", c.n_embd, 0));
-  if (!c.tied_output) {
-    HELIOS_ASSIGN_OR_RETURN(w.output, load("output.weight", c.n_embd, c.n_vocab));
-  } else if (progress) {
-    progress(++n_done, n_total);
+  auto mat = [&](const std::string& name, int64_t cols, int64_t rows) -> StatusOr<Matrix> {
+    auto m = load_matrix(file, backend, name, cols, rows);
+    if (m.ok()) count(m->storage, cols * rows);
+    return m;
+  };
+  HELIOS_ASSIGN_OR_RETURN(w.tok_embd, load_f32(file, backend, "token_embd.weight", c.n_embd, c.n_vocab));
+  count(w.tok_embd, int64_t{c.n_embd} * c.n_vocab);
+  HELIOS_ASSIGN_OR_RETURN(w.output_norm, vec("output_norm.weight", c.n_embd));
+  if (c.tied_output) {
+    HELIOS_ASSIGN_OR_RETURN(w.output, load_matrix(file, backend, "token_embd.weight", c.n_embd, c.n_vocab));
+    w.n_bytes += static_cast<int64_t>(w.output.storage.size() * sizeof(float));
+    if (progress) progress(++n_done, n_total);
+  } else {
+    HELIOS_ASSIGN_OR_RETURN(w.output, mat("output.weight", c.n_embd, c.n_vocab));
   }
   for (int32_t l = 0; l < n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights lw;
-    HELIOS_ASSIGN_OR_RETURN(lw.attn_norm, load(p + "attn_norm.weight", c.n_embd, 0));
-    HELIOS_ASSIGN_OR_RETURN(lw.wq, load(p + "attn_q.weight", c.n_embd, c.q_dim()));
-    HELIOS_ASSIGN_OR_RETURN(lw.wk, load(p + "attn_k.weight", c.n_embd, c.kv_dim()));
-    HELIOS_ASSIGN_OR_RETURN(lw.wv, load(p + "attn_v.weight", c.n_embd, c.kv_dim()));
-    HELIOS_ASSIGN_OR_RETURN(lw.wo, load(p + "attn_output.weight", c.q_dim(), c.n_embd));
-    HELIOS_ASSIGN_OR_RETURN(lw.ffn_norm, load(p + "ffn_norm.weight", c.n_embd, 0));
-    HELIOS_ASSIGN_OR_RETURN(lw.w_gate, load(p + "ffn_gate.weight", c.n_embd, c.n_ff));
-    HELIOS_ASSIGN_OR_RETURN(lw.w_up, load(p + "ffn_up.weight", c.n_embd, c.n_ff));
-    HELIOS_ASSIGN_OR_RETURN(lw.w_down, load(p + "ffn_down.weight", c.n_ff, c.n_embd));
+    HELIOS_ASSIGN_OR_RETURN(lw.attn_norm, vec(p + "attn_norm.weight", c.n_embd));
+    HELIOS_ASSIGN_OR_RETURN(lw.wq, mat(p + "attn_q.weight", c.n_embd, c.q_dim()));
+    HELIOS_ASSIGN_OR_RETURN(lw.wk, mat(p + "attn_k.weight", c.n_embd, c.kv_dim()));
+    HELIOS_ASSIGN_OR_RETURN(lw.wv, mat(p + "attn_v.weight", c.n_embd, c.kv_dim()));
+    HELIOS_ASSIGN_OR_RETURN(lw.wo, mat(p + "attn_output.weight", c.q_dim(), c.n_embd));
+    HELIOS_ASSIGN_OR_RETURN(lw.ffn_norm, vec(p + "ffn_norm.weight", c.n_embd));
+    HELIOS_ASSIGN_OR_RETURN(lw.w_gate, mat(p + "ffn_gate.weight", c.n_embd, c.n_ff));
+    HELIOS_ASSIGN_OR_RETURN(lw.w_up, mat(p + "ffn_up.weight", c.n_embd, c.n_ff));
+    HELIOS_ASSIGN_OR_RETURN(lw.w_down, mat(p + "ffn_down.weight", c.n_ff, c.n_embd));
     w.layers.push_back(std::move(lw));
   }
   return w;

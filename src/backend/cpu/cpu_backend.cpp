@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "common/thread_pool.h"
 #include "helios/backend.h"
@@ -37,9 +38,22 @@ class CpuBackend final : public Backend {
                float* out) override {
     kernels::ref_rmsnorm(x, w, n_rows, dim, eps, out);
   }
-  void matmul(const float* x, const float* w, int32_t n_rows, int32_t n_in, int32_t n_out,
-              float* y) override {
-    kernels::ref_matmul(x, w, n_rows, n_in, n_out, y);
+  bool supports_weight_type(TensorType type) const override {
+    return type == TensorType::kF32 || type == TensorType::kQ8_0 || type == TensorType::kQ4_0 ||
+           type == TensorType::kQ4_1;
+  }
+  void matmul(const float* x, const WeightMatrix& w, int32_t n_rows, float* y) override {
+    const auto type = static_cast<uint32_t>(w.type);
+    if (w.type == TensorType::kF32) {
+      kernels::ref_matmul(x, static_cast<const float*>(w.data), n_rows, w.n_in, w.n_out, y);
+      return;
+    }
+    activations_.resize(static_cast<size_t>(n_rows * kernels::ref_activation_row_bytes(type, w.n_in)));
+    kernels::ref_quantize_activations(type, x, n_rows, w.n_in, activations_.data());
+    pool_.parallel_for(w.n_out, [&](int64_t begin, int64_t end) {
+      kernels::ref_matmul_quantized(type, w.data, activations_.data(), n_rows, w.n_in, w.n_out,
+                                    static_cast<int32_t>(begin), static_cast<int32_t>(end), y);
+    });
   }
   void rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads,
             int32_t head_dim, int32_t n_rot, float freq_base, bool interleaved) override {
@@ -64,6 +78,7 @@ class CpuBackend final : public Backend {
 
  private:
   ThreadPool pool_;
+  std::vector<uint8_t> activations_;  // quantized rows of x for the current matmul
 };
 
 }  // namespace

@@ -59,6 +59,15 @@ TEST(BpeTokenizer, MergeMissingFromVocabularyFallsBackToBytes) {
   EXPECT_EQ(tok->encode("xy", false, false), (Ids{'x', 'y'}));
 }
 
+TEST(BpeTokenizer, BytesWithoutATokenAreDroppedAsInLlamaCpp) {
+  // SmolLM2 has no token for some bytes (0x04, 0xF1, ...); llama.cpp drops such characters.
+  TokenizerSpec spec = byte_level_spec({}, {});
+  spec.tokens[4] = "<unused>";
+  spec.kinds[4] = TokenKind::kUnused;
+  spec.unk_id = 'u';
+  EXPECT_EQ(make(spec)->encode("a\x04" "b", false, false), (Ids{'a', 'b'}));
+}
+
 TEST(BpeTokenizer, IgnoreMergesTakesWholeWordTokens) {
   TokenizerSpec spec = byte_level_spec({"ab", "abc"}, {"a b"});
   EXPECT_EQ(make(spec)->encode("abc", false, false), (Ids{256, 'c'}));
