@@ -1,6 +1,11 @@
 // A fixed pool of worker threads for data-parallel loops (no global state: each owner has one).
+//
+// A decode step runs a few hundred short loops (tens of microseconds each), so waking threads
+// through the kernel would cost as much as the work: workers spin on an atomic counter for a
+// while after each loop and only then sleep on a condition variable.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -19,7 +24,7 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
   // Runs fn(begin, end) over [0, n) split into contiguous chunks, one per thread; returns when all
-  // chunks are done. Not reentrant.
+  // chunks are done. Not reentrant: one caller at a time.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
@@ -27,13 +32,14 @@ class ThreadPool {
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  std::mutex mu_;
-  std::condition_variable start_cv_, done_cv_;
+  std::atomic<uint64_t> generation_{0};  // bumped to start a loop
+  std::atomic<int> pending_{0};          // workers still running the current loop
+  std::atomic<bool> stop_{false};
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  std::mutex mu_;                        // only for sleeping workers
+  std::condition_variable wake_cv_;
+  std::atomic<int> n_sleeping_{0};
 };
 
 }  // namespace helios
