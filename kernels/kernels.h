@@ -79,4 +79,9 @@ void ref_matmul_quantized(uint32_t weight_type, const void* w, const void* xq, i
 // x += y over n values (the residual connection).
 void ref_add(float* x, const float* y, int64_t n);
 
+// --- CUDA launchers (HELIOS_CUDA builds; kernels/cuda/). Same parameters as the ref_ twin plus
+// a stream (a cudaStream_t, opaque here); they return 0 or the cudaError_t of the launch.
+int launch_rmsnorm(const float* x, const float* weight, int32_t n_rows, int32_t dim, float eps,
+                   float* out, void* stream);
+
 }  // namespace helios::kernels

@@ -52,7 +52,7 @@ TEST(Stories260K, TokenizerRoundTrips) {
   Model* m = Stories::get().model.get();
   ASSERT_NE(m, nullptr);
   const Tokenizer& tok = m->tokenizer();
-  for (const std::string text : {std::string(kReference), std::string("Tom and Sue's dog ran 3 miles!"),
+  for (const std::string& text : {std::string(kReference), std::string("Tom and Sue's dog ran 3 miles!"),
                                  std::string("naïve café — 日本 🙂"), std::string("  two  spaces\nnewline")}) {
     const auto ids = tok.encode(text, /*add_special=*/false, /*parse_special=*/false);
     EXPECT_FALSE(ids.empty());
