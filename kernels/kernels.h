@@ -46,11 +46,11 @@ void ref_kv_write(const float* k, const float* v, const int32_t* slots, int32_t 
                   const PagedKV& cache);
 
 // Causal attention through the block tables: token t (of sequence s at position p) attends to
-// positions 0..p of s. Handles GQA (n_heads a multiple of n_kv_heads). Computes tokens
-// [token_begin, token_end) only, so callers can split the work.
+// positions 0..p of s. Handles GQA (n_heads a multiple of n_kv_heads). Computes the (token, head)
+// pairs with index t * n_heads + h in [item_begin, item_end), so callers can split the work.
 //   q, out: [n_tokens, n_heads, head_dim]
 void ref_paged_attention(const float* q, const PagedKV& cache, const AttentionPlan& plan,
-                         int32_t n_heads, float scale, int32_t token_begin, int32_t token_end,
+                         int32_t n_heads, float scale, int64_t item_begin, int64_t item_end,
                          float* out);
 
 // out = silu(gate) * up, elementwise over n values.

@@ -18,44 +18,43 @@ void ref_kv_write(const float* k, const float* v, const int32_t* slots, int32_t 
 }
 
 void ref_paged_attention(const float* q, const PagedKV& cache, const AttentionPlan& plan,
-                         int32_t n_heads, float scale, int32_t token_begin, int32_t token_end,
+                         int32_t n_heads, float scale, int64_t item_begin, int64_t item_end,
                          float* out) {
   const int32_t hd = cache.head_dim;
   const int32_t group = n_heads / cache.n_kv_heads;  // query heads per KV head
   const int64_t kv_row = static_cast<int64_t>(cache.n_kv_heads) * hd;
   std::vector<float> scores;
-  for (int32_t t = token_begin; t < token_end; ++t) {
+  for (int64_t item = item_begin; item < item_end; ++item) {
+    const int32_t t = static_cast<int32_t>(item / n_heads), h = static_cast<int32_t>(item % n_heads);
     const int32_t* table = plan.block_tables +
                            static_cast<int64_t>(plan.token_seq[t]) * plan.max_blocks_per_seq;
     const int32_t n_ctx = plan.positions[t] + 1;  // causal: positions 0..p
     scores.resize(n_ctx);
-    for (int32_t h = 0; h < n_heads; ++h) {
-      const float* qh = q + (static_cast<int64_t>(t) * n_heads + h) * hd;
-      const int32_t kvh = h / group;
-      float max_score = -INFINITY;
-      for (int32_t p = 0; p < n_ctx; ++p) {
-        const int64_t slot = static_cast<int64_t>(table[p / cache.block_size]) * cache.block_size +
-                             p % cache.block_size;
-        const float* kp = cache.k + slot * kv_row + kvh * hd;
-        float dot = 0;
-        for (int32_t i = 0; i < hd; ++i) dot += qh[i] * kp[i];
-        scores[p] = dot * scale;
-        max_score = std::max(max_score, scores[p]);
-      }
-      float sum = 0;
-      for (int32_t p = 0; p < n_ctx; ++p) {
-        scores[p] = std::exp(scores[p] - max_score);
-        sum += scores[p];
-      }
-      float* oh = out + (static_cast<int64_t>(t) * n_heads + h) * hd;
-      std::fill(oh, oh + hd, 0.0f);
-      for (int32_t p = 0; p < n_ctx; ++p) {
-        const int64_t slot = static_cast<int64_t>(table[p / cache.block_size]) * cache.block_size +
-                             p % cache.block_size;
-        const float* vp = cache.v + slot * kv_row + kvh * hd;
-        const float w = scores[p] / sum;
-        for (int32_t i = 0; i < hd; ++i) oh[i] += w * vp[i];
-      }
+    const float* qh = q + (static_cast<int64_t>(t) * n_heads + h) * hd;
+    const int32_t kvh = h / group;
+    float max_score = -INFINITY;
+    for (int32_t p = 0; p < n_ctx; ++p) {
+      const int64_t slot = static_cast<int64_t>(table[p / cache.block_size]) * cache.block_size +
+                           p % cache.block_size;
+      const float* kp = cache.k + slot * kv_row + kvh * hd;
+      float dot = 0;
+      for (int32_t i = 0; i < hd; ++i) dot += qh[i] * kp[i];
+      scores[p] = dot * scale;
+      max_score = std::max(max_score, scores[p]);
+    }
+    float sum = 0;
+    for (int32_t p = 0; p < n_ctx; ++p) {
+      scores[p] = std::exp(scores[p] - max_score);
+      sum += scores[p];
+    }
+    float* oh = out + (static_cast<int64_t>(t) * n_heads + h) * hd;
+    std::fill(oh, oh + hd, 0.0f);
+    for (int32_t p = 0; p < n_ctx; ++p) {
+      const int64_t slot = static_cast<int64_t>(table[p / cache.block_size]) * cache.block_size +
+                           p % cache.block_size;
+      const float* vp = cache.v + slot * kv_row + kvh * hd;
+      const float w = scores[p] / sum;
+      for (int32_t i = 0; i < hd; ++i) oh[i] += w * vp[i];
     }
   }
 }

@@ -66,9 +66,9 @@ class CpuBackend final : public Backend {
   void paged_attention(const float* q, const kernels::PagedKV& cache,
                        const kernels::AttentionPlan& plan, int32_t n_heads, float scale,
                        float* out) override {
-    pool_.parallel_for(plan.n_tokens, [&](int64_t begin, int64_t end) {
-      kernels::ref_paged_attention(q, cache, plan, n_heads, scale, static_cast<int32_t>(begin),
-                                   static_cast<int32_t>(end), out);
+    // (token, head) pairs, so that a single decoding token still uses every thread.
+    pool_.parallel_for(static_cast<int64_t>(plan.n_tokens) * n_heads, [&](int64_t begin, int64_t end) {
+      kernels::ref_paged_attention(q, cache, plan, n_heads, scale, begin, end, out);
     });
   }
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override {
