@@ -3,12 +3,13 @@
 // word is byte-mapped and merged pair by pair, lowest merge rank first.
 
 #include <functional>
-#include <queue>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
 
 #include "tokenizer/pretokenize.h"
+#include "tokenizer/symbol_merge.h"
 #include "tokenizer/unicode.h"
 #include "tokenizer/vocab.h"
 
@@ -37,29 +38,6 @@ struct MergeEqual {
   }
 };
 
-// One symbol of a word being merged: bytes [start, start + length) of the word, in a linked
-// list. A symbol merged into its left neighbour keeps length 0.
-struct Symbol {
-  size_t start;
-  size_t length;
-  int prev;
-  int next;
-};
-
-struct Bigram {
-  int left;
-  int right;
-  int rank;
-  size_t length;  // left + right when queued; differs once either side has changed
-};
-
-// Top of the queue: lowest rank, then leftmost.
-struct BigramAfter {
-  bool operator()(const Bigram& a, const Bigram& b) const {
-    return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
-  }
-};
-
 class BpeTokenizer final : public Tokenizer {
  public:
   explicit BpeTokenizer(TokenizerSpec spec);
@@ -68,11 +46,7 @@ class BpeTokenizer final : public Tokenizer {
   std::string token_to_piece(TokenId id, bool render_special) const override;
 
  private:
-  using Queue = std::priority_queue<Bigram, std::vector<Bigram>, BigramAfter>;
-
   void encode_word(const std::string& word, std::vector<TokenId>* out) const;
-  void push_bigram(const std::string& word, const std::vector<Symbol>& symbols, int left,
-                   int right, Queue* queue) const;
   void emit_symbol(std::string_view symbol, std::vector<TokenId>* out) const;
   std::string piece_of(TokenId id) const;
 
@@ -124,48 +98,13 @@ void BpeTokenizer::encode_word(const std::string& word, std::vector<TokenId>* ou
       return;
     }
   }
-  std::vector<Symbol> symbols;
-  for (size_t pos = 0; pos < word.size();) {
-    const size_t length =
-        std::min(unicode::sequence_length(static_cast<uint8_t>(word[pos])), word.size() - pos);
-    const int index = static_cast<int>(symbols.size());
-    symbols.push_back({pos, length, index - 1, pos + length < word.size() ? index + 1 : -1});
-    pos += length;
-  }
-  Queue queue;
-  for (int i = 1; i < static_cast<int>(symbols.size()); ++i) {
-    push_bigram(word, symbols, i - 1, i, &queue);
-  }
-  while (!queue.empty()) {
-    const Bigram bigram = queue.top();
-    queue.pop();
-    Symbol& left = symbols[bigram.left];
-    Symbol& right = symbols[bigram.right];
-    // Stale: one side was merged away or grew since this pair was queued.
-    if (left.length == 0 || right.length == 0 || left.length + right.length != bigram.length) {
-      continue;
-    }
-    left.length += right.length;
-    right.length = 0;
-    left.next = right.next;
-    if (right.next >= 0) symbols[right.next].prev = bigram.left;
-    push_bigram(word, symbols, left.prev, bigram.left, &queue);
-    push_bigram(word, symbols, bigram.left, left.next, &queue);
-  }
-  for (int i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next) {
-    emit_symbol(std::string_view(word).substr(symbols[i].start, symbols[i].length), out);
-  }
-}
-
-void BpeTokenizer::push_bigram(const std::string& word, const std::vector<Symbol>& symbols,
-                               int left, int right, Queue* queue) const {
-  if (left < 0 || right < 0) return;
-  const std::string_view text(word);
-  const MergeView key(text.substr(symbols[left].start, symbols[left].length),
-                      text.substr(symbols[right].start, symbols[right].length));
-  auto it = ranks_.find(key);
-  if (it == ranks_.end()) return;
-  queue->push({left, right, it->second, key.first.size() + key.second.size()});
+  const auto rank = [this](std::string_view left,
+                           std::string_view right) -> std::optional<double> {
+    const auto it = ranks_.find(MergeView(left, right));
+    if (it == ranks_.end()) return std::nullopt;  // a pair the merges do not list
+    return -it->second;                           // lowest rank merges first
+  };
+  for (std::string_view symbol : merge_symbols(word, rank)) emit_symbol(symbol, out);
 }
 
 // A symbol missing from the vocabulary (a merge the vocabulary lacks, or a byte character it

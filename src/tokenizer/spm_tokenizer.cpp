@@ -2,11 +2,11 @@
 // become "▁", adjacent symbols merge greedily by the score of the merged piece, and characters
 // no piece covers fall back to <0xNN> byte tokens.
 
-#include <queue>
+#include <optional>
 #include <string_view>
 #include <utility>
 
-#include "tokenizer/unicode.h"
+#include "tokenizer/symbol_merge.h"
 #include "tokenizer/vocab.h"
 
 namespace helios {
@@ -28,29 +28,6 @@ std::string replace_all(std::string_view text, std::string_view from, std::strin
   }
 }
 
-// Bytes [start, start + length) of the text being merged, in a linked list; a symbol merged
-// into its left neighbour keeps length 0.
-struct Symbol {
-  size_t start;
-  size_t length;
-  int prev;
-  int next;
-};
-
-struct Bigram {
-  int left;
-  int right;
-  float score;
-  size_t length;  // left + right when queued; differs once either side has changed
-};
-
-// Top of the queue: highest score, then leftmost.
-struct BigramBelow {
-  bool operator()(const Bigram& a, const Bigram& b) const {
-    return a.score < b.score || (a.score == b.score && a.left > b.left);
-  }
-};
-
 class SpmTokenizer final : public Tokenizer {
  public:
   explicit SpmTokenizer(TokenizerSpec spec)
@@ -61,11 +38,7 @@ class SpmTokenizer final : public Tokenizer {
   std::string token_to_piece(TokenId id, bool render_special) const override;
 
  private:
-  using Queue = std::priority_queue<Bigram, std::vector<Bigram>, BigramBelow>;
-
   void encode_text(const std::string& text, std::vector<TokenId>* out) const;
-  void push_bigram(const std::string& text, const std::vector<Symbol>& symbols, int left,
-                   int right, Queue* queue) const;
   void emit_bytes(std::string_view bytes, std::vector<TokenId>* out) const;
 
   TokenIndex index_;
@@ -95,53 +68,23 @@ std::vector<TokenId> SpmTokenizer::encode(const std::string& text, bool add_spec
 }
 
 void SpmTokenizer::encode_text(const std::string& text, std::vector<TokenId>* out) const {
-  // Symbols are characters by their lead byte only, like llama.cpp: malformed bytes simply end
-  // up in a symbol no piece covers, and leave as byte tokens.
-  std::vector<Symbol> symbols;
-  for (size_t pos = 0; pos < text.size();) {
-    const size_t length =
-        std::min(unicode::sequence_length(static_cast<uint8_t>(text[pos])), text.size() - pos);
-    const int index = static_cast<int>(symbols.size());
-    symbols.push_back({pos, length, index - 1, pos + length < text.size() ? index + 1 : -1});
-    pos += length;
-  }
-  Queue queue;
-  for (int i = 1; i < static_cast<int>(symbols.size()); ++i) {
-    push_bigram(text, symbols, i - 1, i, &queue);
-  }
-  while (!queue.empty()) {
-    const Bigram bigram = queue.top();
-    queue.pop();
-    Symbol& left = symbols[bigram.left];
-    Symbol& right = symbols[bigram.right];
-    if (left.length == 0 || right.length == 0 || left.length + right.length != bigram.length) {
-      continue;  // stale: a side was merged away or grew since this pair was queued
-    }
-    left.length += right.length;
-    right.length = 0;
-    left.next = right.next;
-    if (right.next >= 0) symbols[right.next].prev = bigram.left;
-    push_bigram(text, symbols, left.prev, bigram.left, &queue);
-    push_bigram(text, symbols, bigram.left, left.next, &queue);
-  }
-  for (int i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next) {
-    const std::string piece = text.substr(symbols[i].start, symbols[i].length);
+  // Two symbols merge when their concatenation is a piece, the piece with the highest score
+  // first. Malformed bytes end up in a symbol no piece covers, and leave as byte tokens.
+  const auto score = [this](std::string_view left,
+                            std::string_view right) -> std::optional<double> {
+    // `right` follows `left` in the text, so the merged piece is the view over both.
+    const TokenId id = find_token(index_, std::string(left.data(), left.size() + right.size()));
+    if (id < 0) return std::nullopt;
+    return spec_.scores.empty() ? 0.0f : spec_.scores[id];
+  };
+  for (std::string_view symbol : merge_symbols(text, score)) {
+    const std::string piece(symbol);
     if (const TokenId id = find_token(index_, piece); id >= 0) {
       out->push_back(id);
     } else {
       emit_bytes(piece, out);
     }
   }
-}
-
-void SpmTokenizer::push_bigram(const std::string& text, const std::vector<Symbol>& symbols,
-                               int left, int right, Queue* queue) const {
-  if (left < 0 || right < 0) return;
-  const size_t length = symbols[left].length + symbols[right].length;
-  const TokenId id = find_token(index_, text.substr(symbols[left].start, length));
-  if (id < 0) return;
-  const float score = spec_.scores.empty() ? 0.0f : spec_.scores[id];
-  queue->push({left, right, score, length});
 }
 
 // Byte fallback: <0xNN>, else a token that is the byte itself, else unk (llama.cpp would throw
