@@ -1,0 +1,72 @@
+// The daemon's configuration: one YAML file → typed, validated structs. Loaded and checked once,
+// at start; passed around as const. Every key, its default and its meaning is documented in
+// configs/default.yaml.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "helios/status.h"
+
+namespace helios {
+
+enum class PreemptionMode { kRecompute, kSwap };
+enum class LogFormat { kText, kJson };
+
+struct ModelEntryConfig {
+  std::string name;          // what clients ask for; unique
+  std::string path;          // GGUF file
+};
+
+struct ServerConfig {
+  std::string listen = "0.0.0.0:50051";   // gRPC address
+  std::string metrics_listen = "127.0.0.1:9090";  // Prometheus /metrics over HTTP; "" = off
+  std::string tls_cert_path;               // PEM; TLS is on when both cert and key are set
+  std::string tls_key_path;
+  std::vector<std::string> api_keys;       // non-empty: calls must send "authorization: Bearer <key>"
+  double drain_timeout_s = 30.0;           // on SIGTERM: how long in-flight streams may finish
+};
+
+struct EngineConfig {
+  std::string backend = "cpu";             // cpu | cuda
+  int32_t threads = 0;                     // CPU threads; 0 = one per core
+  int64_t kv_cache_bytes = 0;              // KV cache size; 0 = use kv_cache_fraction
+  double kv_cache_fraction = 0.25;         // of physical memory (cpu) or free device memory (cuda)
+  int32_t block_size = 16;                 // tokens per KV block
+  int32_t max_batched_tokens = 512;        // tokens (prefill chunks + decodes) per step
+  int32_t max_seqs = 64;                   // sequences per step
+  int32_t queue_limit = 256;               // waiting requests; more get RESOURCE_EXHAUSTED
+  PreemptionMode preemption = PreemptionMode::kRecompute;
+  int64_t swap_space_bytes = 1LL << 30;    // host memory for swapped-out KV blocks (swap mode)
+};
+
+struct LimitsConfig {
+  int32_t max_tokens = 2048;               // per request, generated
+  int32_t default_max_tokens = 256;        // when a request does not say
+  int32_t max_prompt_tokens = 4096;        // per request
+};
+
+struct LoggingConfig {
+  std::string level = "info";              // trace | debug | info | warn | error
+  LogFormat format = LogFormat::kText;
+};
+
+struct HeliosConfig {
+  ServerConfig server;
+  std::vector<ModelEntryConfig> models;    // at least one
+  EngineConfig engine;
+  LimitsConfig limits;
+  LoggingConfig logging;
+};
+
+// Parses and validates. Errors read "FILE:LINE:COLUMN: KEY: what is wrong; what would be valid",
+// e.g. "cfg.yaml:7:15: engine.block_size: must be a power of two between 1 and 256, got 12".
+// Unknown keys, wrong types and out-of-range values are all errors (INVALID_ARGUMENT).
+StatusOr<HeliosConfig> parse_config(const std::string& yaml_text, const std::string& file_name);
+StatusOr<HeliosConfig> load_config(const std::string& path);  // NOT_FOUND if unreadable
+
+// "512MiB", "2GB", "1073741824" → bytes.
+StatusOr<int64_t> parse_byte_size(const std::string& text);
+
+}  // namespace helios
