@@ -20,7 +20,7 @@ while [ $# -gt 0 ]; do
     --prompt-tokens) prompt_tokens="$2"; shift 2 ;;
     --decode-tokens) decode_tokens="$2"; shift 2 ;;
     --repeats) repeats="$2"; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run_cpu_bench: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
