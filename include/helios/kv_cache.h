@@ -72,7 +72,13 @@ class KvCacheStorage {
   int32_t block_size() const { return block_size_; }
   kernels::PagedKV layer(int32_t l) const;
 
+  // One block's K and V of every layer, as host floats (for swapping to host memory).
+  int64_t floats_per_block() const;
+  void read_block(int32_t block_id, float* host_dst) const;
+  void write_block(int32_t block_id, const float* host_src);
+
  private:
+  Backend* backend_ = nullptr;
   int32_t n_blocks_ = 0;
   int32_t block_size_ = 0;
   int32_t n_kv_heads_ = 0;

@@ -54,6 +54,11 @@ class Histogram {  // thread-safe; cumulative buckets with the given upper bound
 
 class MetricsRegistry {  // registration and rendering are thread-safe
  public:
+  // Declared here, defined in src/metrics/ where Family is complete (unique_ptr<Family>).
+  MetricsRegistry();
+  ~MetricsRegistry();
+  MetricsRegistry(const MetricsRegistry&) = delete;
+  MetricsRegistry& operator=(const MetricsRegistry&) = delete;
   // The same name and labels return the same metric. Names follow Prometheus conventions
   // (helios_requests_running, helios_time_to_first_token_seconds, ..._total for counters).
   Counter* counter(const std::string& name, const std::string& help, const MetricLabels& labels = {});

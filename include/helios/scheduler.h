@@ -65,7 +65,9 @@ struct ScheduledSequence {
 };
 
 struct SchedulerOutput {
-  std::vector<ScheduledSequence> seqs;      // decodes first, then prefill chunks, in arrival order
+  // Running sequences (decodes and continuing prefill chunks) first, then sequences swapped back
+  // in, then newly admitted ones; arrival order within each group.
+  std::vector<ScheduledSequence> seqs;
   std::vector<BlockCopy> swap_out;          // device → host, before the step
   std::vector<BlockCopy> swap_in;           // host → device, before the step
   std::vector<RequestId> preempted;         // lost their KV (recompute) or were swapped out
@@ -75,9 +77,33 @@ struct SchedulerOutput {
 
 enum class SequenceStatus { kWaiting, kRunning, kSwapped };
 
+// One step, in order (see src/scheduler/):
+//  1. Running sequences, arrival order: each takes min(n_tokens - n_computed, budget) tokens and
+//     reserves KV for n_computed + that many. When the KV is full the latest-arrived running
+//     sequence is preempted (possibly the one asking), until the reservation fits.
+//     Recompute: its blocks are released, n_computed = 0, and it rejoins the waiting queue in
+//     arrival order; its whole token list (prompt + generated) is then computed again as a
+//     prefill, so a greedy output does not change. Swap: its blocks move to host swap space
+//     (output.swap_out) and n_computed is kept; with no swap room it falls back to recompute.
+//  2. Only when nothing was preempted this step: swapped sequences, arrival order, move back
+//     (output.swap_in) and are scheduled like running ones.
+//  3. Only when nothing was preempted and nothing is left swapped: waiting sequences, arrival
+//     order, are admitted while the token budget, max_seqs and the KV allow; a prompt longer than
+//     the budget is computed in chunks over several steps. Admission stops at the first one that
+//     does not fit (FCFS: no skipping ahead).
+//
+// The computed-token rule: schedule() advances each scheduled sequence's n_computed by its
+// n_tokens when it returns the plan (the engine always runs a plan before the next schedule()).
+// The engine then calls append_token() for every sequence with samples = true; a chunk with
+// samples = false needs no call. So n_computed <= tokens.size() always holds, and a sequence
+// needs work exactly while n_computed < tokens.size().
+//
+// The KvManager is asked only about running sequences' growth, preemption victims and swapped
+// sequences; a waiting sequence holds no blocks. Not thread-safe: one engine loop calls it.
 class Scheduler {
  public:
   Scheduler(const SchedulerLimits& limits, KvManager& kv);
+  ~Scheduler();
 
   // Queues a request (FCFS by the order of add()). The caller has validated it.
   void add(NewRequest request);
@@ -97,11 +123,25 @@ class Scheduler {
   bool has_work() const { return !sequences_.empty(); }
   // Tokens so far (prompt + generated) of a live request; nullptr if unknown.
   const std::vector<TokenId>* tokens(RequestId id) const;
-  int32_t n_generated(RequestId id) const;
+  int32_t n_generated(RequestId id) const;  // 0 if unknown
 
  private:
-  struct Sequence;
-  // ... implementation-defined members
+  struct Sequence;  // src/scheduler/sequence.h
+  struct StepPlan;  // one schedule() call's working state
+
+  Sequence* find(RequestId id) const;
+  void forget(RequestId id);  // releases blocks, drops it from its queue and the map
+  // The three stages of schedule(), in order.
+  void schedule_running(StepPlan& plan);
+  void schedule_swapped(StepPlan& plan);
+  void admit_waiting(StepPlan& plan);
+  // Adds seq's chunk of n_tokens to the plan.
+  void plan_chunk(const Sequence& seq, int32_t n_tokens, int group, StepPlan& plan) const;
+  // Reserves KV for n_tokens of seq, preempting the latest running arrival while it does not fit;
+  // false when seq itself was preempted.
+  bool reserve_or_preempt(Sequence& seq, int32_t n_tokens, StepPlan& plan);
+  void preempt(Sequence& victim, StepPlan& plan);
+  void preempt_by_recompute(Sequence& victim);
   SchedulerLimits limits_;
   KvManager& kv_;
   int64_t n_preemptions_ = 0;

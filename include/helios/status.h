@@ -13,6 +13,7 @@ enum class StatusCode {
   kOk = 0,
   kInvalidArgument,
   kNotFound,
+  kAlreadyExists,
   kOutOfRange,
   kFailedPrecondition,
   kResourceExhausted,
@@ -43,6 +44,8 @@ class [[nodiscard]] Status {
 inline Status ok_status() { return Status(); }
 inline Status invalid_argument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
 inline Status not_found(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
+inline Status already_exists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
+inline Status unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status out_of_range(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
 inline Status failed_precondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
 inline Status resource_exhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }

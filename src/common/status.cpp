@@ -7,6 +7,7 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::kOk: return "OK";
     case StatusCode::kInvalidArgument: return "INVALID_ARGUMENT";
     case StatusCode::kNotFound: return "NOT_FOUND";
+    case StatusCode::kAlreadyExists: return "ALREADY_EXISTS";
     case StatusCode::kOutOfRange: return "OUT_OF_RANGE";
     case StatusCode::kFailedPrecondition: return "FAILED_PRECONDITION";
     case StatusCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";

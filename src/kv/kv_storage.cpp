@@ -14,6 +14,7 @@ StatusOr<KvCacheStorage> KvCacheStorage::create(Backend& backend, const ModelCon
                             std::to_string(n_blocks) + ", " + std::to_string(block_size) + ")");
   }
   KvCacheStorage s;
+  s.backend_ = &backend;
   s.n_blocks_ = n_blocks;
   s.block_size_ = block_size;
   s.n_kv_heads_ = config.n_head_kv;
@@ -33,6 +34,28 @@ StatusOr<KvCacheStorage> KvCacheStorage::create(Backend& backend, const ModelCon
 
 kernels::PagedKV KvCacheStorage::layer(int32_t l) const {
   return {k_[l].data(), v_[l].data(), n_blocks_, block_size_, n_kv_heads_, head_dim_};
+}
+
+int64_t KvCacheStorage::floats_per_block() const {
+  return 2 * static_cast<int64_t>(k_.size()) * block_size_ * n_kv_heads_ * head_dim_;
+}
+
+void KvCacheStorage::read_block(int32_t block_id, float* host_dst) const {
+  const int64_t n = static_cast<int64_t>(block_size_) * n_kv_heads_ * head_dim_;
+  for (size_t l = 0; l < k_.size(); ++l) {
+    backend_->download(host_dst, k_[l].data() + block_id * n, n);
+    backend_->download(host_dst + n, v_[l].data() + block_id * n, n);
+    host_dst += 2 * n;
+  }
+}
+
+void KvCacheStorage::write_block(int32_t block_id, const float* host_src) {
+  const int64_t n = static_cast<int64_t>(block_size_) * n_kv_heads_ * head_dim_;
+  for (size_t l = 0; l < k_.size(); ++l) {
+    backend_->upload(k_[l].data() + block_id * n, host_src, n);
+    backend_->upload(v_[l].data() + block_id * n, host_src + n, n);
+    host_src += 2 * n;
+  }
 }
 
 }  // namespace helios

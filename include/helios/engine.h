@@ -1,0 +1,119 @@
+// The engine: one model, one loop thread. Each iteration is schedule → execute → update:
+// the scheduler picks the sequences and token counts, the model runs them as one batch, sampled
+// tokens go back to the scheduler and out to each request's stream.
+//
+// Thread-safety: submit(), abort(), status() and the streams are safe from any thread; the loop
+// owns the scheduler, the KV cache and the model.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "helios/config.h"
+#include "helios/metrics.h"
+#include "helios/model.h"
+#include "helios/sampler.h"
+#include "helios/scheduler.h"
+
+namespace helios {
+
+enum class GenerationFinish { kNone, kStop, kEos, kLength, kAborted };
+
+// A validated, tokenized request.
+struct GenerationRequest {
+  std::string client_id;               // for logs and Abort; unique among live requests
+  std::vector<TokenId> prompt;
+  SamplingParams sampling;
+  int32_t max_tokens = 0;
+  std::vector<std::string> stop;
+  std::vector<TokenId> stop_token_ids;
+  bool ignore_eos = false;
+  int32_t top_logprobs = -1;           // -1: no logprobs; 0: the sampled token's; k: and the top k
+};
+
+struct TokenEvent {
+  TokenId id = 0;
+  std::string text;                    // whole UTF-8, held back while it may start a stop string
+  float logprob = 0;
+  std::vector<std::pair<TokenId, float>> top_logprobs;
+  int32_t exit_layer = 0;
+  float confidence = 0;
+};
+
+struct GenerationUpdate {
+  std::vector<TokenEvent> tokens;
+  GenerationFinish finish = GenerationFinish::kNone;  // set on the last update
+  std::string error;                   // set when the server ended the request (shutdown, internal
+                                       // error); empty when the client aborted or cancelled it
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  double queue_seconds = 0;
+  double ttft_seconds = 0;
+  double total_seconds = 0;
+};
+
+// The channel from the engine to one request's RPC handler.
+class RequestStream {
+ public:
+  void push(GenerationUpdate update);
+  // Waits up to `timeout` for updates; returns what arrived (merged), or nullopt on timeout.
+  std::optional<GenerationUpdate> pop(std::chrono::milliseconds timeout);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<GenerationUpdate> updates_;
+};
+
+struct EngineStatus {
+  int32_t waiting = 0, running = 0, swapped = 0;
+  int32_t kv_blocks_total = 0, kv_blocks_used = 0, kv_block_size = 0;
+  int32_t batch_size = 0, batch_tokens = 0;
+  double steps_per_second = 0;
+  int64_t preemptions = 0, requests_total = 0, generated_tokens_total = 0;
+};
+
+struct EngineOptions {
+  int32_t n_kv_blocks = 0;             // device KV blocks
+  int32_t block_size = 16;
+  int32_t n_swap_blocks = 0;           // host blocks for swapped-out KV
+  int32_t queue_limit = 256;           // requests not yet finished, at most
+  SchedulerLimits scheduler;
+};
+
+class Engine {
+ public:
+  // Sizes the KV cache and starts the loop thread. `metrics` may be null.
+  static StatusOr<std::unique_ptr<Engine>> start(Model& model, const EngineOptions& options,
+                                                 MetricsRegistry* metrics);
+  ~Engine();  // stops the loop; live requests end as aborted
+
+  // Cheap check made before a request is tokenized: false when the queue is full.
+  bool has_capacity() const;
+  // Queues the request. RESOURCE_EXHAUSTED when the queue is full, ALREADY_EXISTS for the client
+  // id of a live request.
+  StatusOr<std::shared_ptr<RequestStream>> submit(GenerationRequest request);
+  // Ends a request: its stream gets kAborted, with `server_reason` as the error when the server
+  // is the one ending it. False if unknown. Its KV blocks are freed by the next step.
+  bool abort(const std::string& client_id, const std::string& server_reason = "");
+  void abort_all(const std::string& reason);
+  size_t n_live() const;
+  EngineStatus status() const;
+  const Model& model() const { return model_; }
+
+ private:
+  struct Impl;
+  explicit Engine(Model& model);
+  Model& model_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace helios

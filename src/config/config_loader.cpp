@@ -1,0 +1,104 @@
+// parse_config / load_config: YAML text → HeliosConfig. Parses the document, checks the top-level
+// keys, then hands each section to its reader (sections.h), which validates it.
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "config/sections.h"
+
+namespace helios {
+
+namespace {
+
+using config_detail::ConfigSource;
+using config_detail::MapReader;
+
+constexpr std::string_view kMinimalConfig =
+    "e.g.\n  models:\n    - name: smollm2-135m\n"
+    "      path: ../models/SmolLM2-135M-Instruct.Q4_1.gguf\n"
+    "(configs/default.yaml lists every key)";
+
+Status syntax_error(const ConfigSource& source, const YAML::Mark& mark, const std::string& what) {
+  return invalid_argument(source.file_name + ":" + std::to_string(std::max(mark.line, 0) + 1) +
+                          ":" + std::to_string(std::max(mark.column, 0) + 1) +
+                          ": invalid YAML: " + what);
+}
+
+StatusOr<HeliosConfig> read_root(const ConfigSource& source, const YAML::Node& root) {
+  const YAML::Mark file_start;  // 0:0, printed as 1:1
+  if (!root.IsDefined() || root.IsNull()) {
+    return config_error(source, file_start, "models",
+                        "missing; the file is empty, and a config needs at least one model, " +
+                            std::string(kMinimalConfig));
+  }
+  HELIOS_ASSIGN_OR_RETURN(
+      MapReader top, MapReader::open(source, root, file_start, "",
+                                     {"server", "models", "engine", "limits", "logging"}));
+  if (!top.has("models")) {
+    return config_error(source, file_start, "models",
+                        "missing; a config needs at least one model, " +
+                            std::string(kMinimalConfig));
+  }
+  const auto section = [&](std::string_view key) {
+    return top.has(key) ? top.value(key) : YAML::Node();
+  };
+
+  HeliosConfig config;
+  HELIOS_RETURN_IF_ERROR(config_detail::read_server_config(source, section("server"),
+                                                           top.mark_of("server"), &config.server));
+  HELIOS_RETURN_IF_ERROR(config_detail::read_models_config(source, section("models"),
+                                                           top.mark_of("models"), &config.models));
+  HELIOS_RETURN_IF_ERROR(config_detail::read_engine_config(source, section("engine"),
+                                                           top.mark_of("engine"), &config.engine));
+  HELIOS_RETURN_IF_ERROR(config_detail::read_limits_config(source, section("limits"),
+                                                           top.mark_of("limits"), &config.limits));
+  HELIOS_RETURN_IF_ERROR(config_detail::read_logging_config(
+      source, section("logging"), top.mark_of("logging"), &config.logging));
+  return config;
+}
+
+}  // namespace
+
+StatusOr<HeliosConfig> parse_config(const std::string& yaml_text, const std::string& file_name) {
+  const ConfigSource source{file_name,
+                            std::filesystem::path(file_name).parent_path().string()};
+  try {
+    std::vector<YAML::Node> documents;
+    try {
+      documents = YAML::LoadAll(yaml_text);
+    } catch (const YAML::ParserException& e) {
+      return syntax_error(source, e.mark, e.msg);
+    }
+    if (documents.size() > 1) {
+      return syntax_error(source, documents[1].Mark(),
+                          "a config is one YAML document, but this file has " +
+                              std::to_string(documents.size()) + " (separated by '---')");
+    }
+    return read_root(source, documents.empty() ? YAML::Node() : documents.front());
+  } catch (const YAML::Exception& e) {
+    // The readers use only checked accessors; this is a bug, but still not a crash.
+    return internal_error(source.file_name + ":" + std::to_string(e.mark.line + 1) + ":" +
+                          std::to_string(e.mark.column + 1) + ": reading the config: " + e.msg);
+  }
+}
+
+StatusOr<HeliosConfig> load_config(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return not_found("cannot read config file '" + path + "': it is a directory");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return not_found("cannot read config file '" + path + "': " + std::strerror(errno));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    return not_found("cannot read config file '" + path + "': " + std::strerror(errno));
+  }
+  return parse_config(text.str(), path);
+}
+
+}  // namespace helios

@@ -1,0 +1,124 @@
+// heliosd: the Helios server daemon. Wiring only: read the config, start the gRPC server and the
+// metrics endpoint, load the models, serve until SIGTERM/SIGINT, drain, exit 0.
+#include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "helios/config.h"
+#include "helios/metrics.h"
+#include "server/helios_server.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: heliosd --config FILE\n"
+    "       heliosd --check-config FILE\n\n"
+    "Serves LLM generation over gRPC (service helios.v1.Helios, plus grpc.health.v1 and server\n"
+    "reflection) with continuous batching, configured by one YAML file. configs/default.yaml lists\n"
+    "every key with its default; configs/cpu-dev.yaml is a small setup for trying it out.\n\n"
+    "options:\n"
+    "  --config FILE         start the server with this configuration\n"
+    "  --check-config FILE   validate the configuration and exit (0 when it is valid)\n"
+    "  -h, --help            show this help\n\n"
+    "signals: SIGTERM or SIGINT drain the server: health turns NOT_SERVING, new calls get\n"
+    "UNAVAILABLE, running requests get server.drain_timeout_s to finish, then it exits 0.\n\n"
+    "example:\n"
+    "  heliosd --config configs/default.yaml\n"
+    "  helios status --address localhost:50051\n";
+
+void setup_logging(const helios::LoggingConfig& logging) {
+  auto logger = spdlog::stderr_color_mt("heliosd");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::from_str(logging.level));
+  if (logging.format == helios::LogFormat::kJson) {
+    spdlog::set_pattern(R"({"time":"%Y-%m-%dT%H:%M:%S.%e%z","level":"%l","message":"%v"})");
+  } else {
+    spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config_path;
+  bool check_only = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if ((arg == "--config" || arg == "--check-config") && i + 1 < argc) {
+      config_path = argv[++i];
+      check_only = arg == "--check-config";
+    } else {
+      std::fprintf(stderr, "heliosd: unknown or incomplete argument '%s' (see heliosd --help)\n", arg.c_str());
+      return 2;
+    }
+  }
+  if (config_path.empty()) {
+    std::fprintf(stderr, "heliosd: --config FILE is required (see heliosd --help)\n");
+    return 2;
+  }
+  auto config = helios::load_config(config_path);
+  if (!config.ok()) {
+    std::fprintf(stderr, "heliosd: %s\n", config.status().message().c_str());
+    return 2;
+  }
+  if (check_only) {
+    std::printf("%s: valid (%zu model%s, listen %s)\n", config_path.c_str(), config->models.size(),
+                config->models.size() == 1 ? "" : "s", config->server.listen.c_str());
+    return 0;
+  }
+
+  // Signals are taken by one thread with sigwait(); block them before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  setup_logging(config->logging);
+  helios::MetricsRegistry metrics;
+  std::unique_ptr<helios::MetricsHttpServer> metrics_server;
+  if (!config->server.metrics_listen.empty()) {
+    auto started = helios::MetricsHttpServer::start(config->server.metrics_listen, metrics);
+    if (!started.ok()) {
+      spdlog::error("metrics endpoint: {}", started.status().message());
+      return 1;
+    }
+    metrics_server = std::move(*started);
+    spdlog::info("metrics on http://{}/metrics", config->server.metrics_listen);
+  }
+  auto server = helios::server::HeliosServer::start(*config, metrics);
+  if (!server.ok()) {
+    spdlog::error("{}", server.status().message());
+    return 1;
+  }
+  spdlog::info("listening on {} (port {}); loading {} model(s)", config->server.listen, (*server)->port(),
+               config->models.size());
+
+  std::vector<std::unique_ptr<helios::server::ServedModel>> models;
+  for (const auto& entry : config->models) {
+    auto served = helios::server::load_served_model(entry, config->engine, config->models.size(), metrics);
+    if (!served.ok()) {
+      spdlog::error("cannot load model '{}': {}", entry.name, served.status().message());
+      (*server)->drain_and_stop(0);
+      return 1;
+    }
+    models.push_back(std::move(*served));
+  }
+  (*server)->set_models(std::move(models));
+  spdlog::info("serving");
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  spdlog::info("received {}: draining", signal_number == SIGTERM ? "SIGTERM" : "SIGINT");
+  (*server)->drain_and_stop(config->server.drain_timeout_s);
+  spdlog::info("stopped");
+  return 0;
+}

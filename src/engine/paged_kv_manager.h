@@ -1,0 +1,36 @@
+// The engine's KvManager: device block tables per request over a BlockAllocator, and host swap
+// space with its own allocator. Bookkeeping only; the engine copies the data.
+#pragma once
+
+#include <unordered_map>
+
+#include "helios/kv_cache.h"
+#include "helios/scheduler.h"
+
+namespace helios {
+
+class PagedKvManager final : public KvManager {
+ public:
+  PagedKvManager(int32_t n_blocks, int32_t block_size, int32_t n_swap_blocks)
+      : device_(n_blocks), host_(n_swap_blocks), block_size_(block_size) {}
+
+  int32_t block_size() const override { return block_size_; }
+  int32_t n_free_blocks() const override { return device_.n_free(); }
+  bool reserve(RequestId id, int32_t n_tokens) override;
+  void release(RequestId id) override;
+  bool swap_out(RequestId id, std::vector<BlockCopy>* copies) override;
+  bool swap_in(RequestId id, std::vector<BlockCopy>* copies) override;
+
+  const BlockTable* table(RequestId id) const;  // device blocks; nullptr when none
+  int32_t n_blocks() const { return device_.n_blocks(); }
+  int32_t n_used_blocks() const { return device_.n_used(); }
+
+ private:
+  BlockAllocator device_;
+  BlockAllocator host_;
+  int32_t block_size_;
+  std::unordered_map<RequestId, BlockTable> device_tables_;
+  std::unordered_map<RequestId, BlockTable> host_tables_;
+};
+
+}  // namespace helios

@@ -1,0 +1,48 @@
+// Bringing sequences in: swapped ones back from host memory, then waiting ones (new requests
+// and recompute victims), both strictly in arrival order.
+#include <algorithm>
+#include <vector>
+
+#include "helios/scheduler.h"
+#include "scheduler/sequence.h"
+
+namespace helios {
+
+void Scheduler::schedule_swapped(StepPlan& plan) {
+  while (!swapped_.empty() && plan.budget_tokens > 0 &&
+         static_cast<int32_t>(running_.size()) < limits_.max_seqs && plan.n_seqs() < limits_.max_seqs) {
+    Sequence& seq = *find(swapped_.front());
+    std::vector<BlockCopy> copies;
+    if (!kv_.swap_in(seq.id, &copies)) return;  // the device is full; try again next step
+    plan.out.swap_in.insert(plan.out.swap_in.end(), copies.begin(), copies.end());
+    swapped_.pop_front();
+    seq.status = SequenceStatus::kRunning;
+    insert_by_arrival(running_, seq.id, sequences_);
+
+    // Scheduled like a running sequence, its n_computed kept. If its next tokens do not fit it
+    // stays running, unscheduled, and step 1 handles it next time.
+    const int32_t n_take = std::min(seq.n_pending(), plan.budget_tokens);
+    if (n_take <= 0) continue;
+    if (!kv_.reserve(seq.id, seq.n_computed + n_take)) {
+      plan.kv_full = true;
+      return;
+    }
+    plan_chunk(seq, n_take, StepPlan::kSwappedIn, plan);
+  }
+}
+
+void Scheduler::admit_waiting(StepPlan& plan) {
+  while (!waiting_.empty() && plan.budget_tokens > 0 &&
+         static_cast<int32_t>(running_.size()) < limits_.max_seqs && plan.n_seqs() < limits_.max_seqs) {
+    Sequence& seq = *find(waiting_.front());
+    // A prompt longer than the budget left gets a first chunk now and the rest in later steps.
+    const int32_t n_take = std::min(seq.n_pending(), plan.budget_tokens);
+    if (!kv_.reserve(seq.id, seq.n_computed + n_take)) return;  // FCFS: nobody skips ahead
+    waiting_.pop_front();
+    seq.status = SequenceStatus::kRunning;
+    insert_by_arrival(running_, seq.id, sequences_);
+    plan_chunk(seq, n_take, StepPlan::kAdmitted, plan);
+  }
+}
+
+}  // namespace helios

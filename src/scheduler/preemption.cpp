@@ -1,0 +1,52 @@
+// Preemption: when the KV cannot grow, the latest-arrived running sequence gives up its blocks.
+// Latest first keeps FCFS: the oldest requests keep making progress, so every request that fits
+// the KV on its own finishes.
+#include <cassert>
+#include <vector>
+
+#include "helios/scheduler.h"
+#include "scheduler/sequence.h"
+
+namespace helios {
+
+bool Scheduler::reserve_or_preempt(Sequence& seq, int32_t n_tokens, StepPlan& plan) {
+  while (!kv_.reserve(seq.id, n_tokens)) {
+    assert(!running_.empty());
+    Sequence* victim = find(running_.back());  // running_ is in arrival order
+    preempt(*victim, plan);
+    if (victim == &seq) return false;
+  }
+  return true;
+}
+
+void Scheduler::preempt(Sequence& victim, StepPlan& plan) {
+  // Running is walked in arrival order and victims are the latest, so a victim was never
+  // planned this step: its n_computed is exactly what its KV holds.
+  std::erase(running_, victim.id);
+  ++n_preemptions_;
+  plan.preempted = true;
+  plan.out.preempted.push_back(victim.id);
+
+  if (limits_.preemption == PreemptionMode::kSwap) {
+    std::vector<BlockCopy> copies;
+    if (kv_.swap_out(victim.id, &copies)) {
+      plan.out.swap_out.insert(plan.out.swap_out.end(), copies.begin(), copies.end());
+      victim.status = SequenceStatus::kSwapped;
+      insert_by_arrival(swapped_, victim.id, sequences_);
+      return;
+    }
+    // No host room: fall through to recompute.
+  }
+  preempt_by_recompute(victim);
+}
+
+void Scheduler::preempt_by_recompute(Sequence& victim) {
+  // The whole token list (prompt + generated so far) becomes the prefill to compute again; a
+  // greedy model then samples the same next token as if nothing had happened.
+  kv_.release(victim.id);
+  victim.n_computed = 0;
+  victim.status = SequenceStatus::kWaiting;
+  insert_by_arrival(waiting_, victim.id, sequences_);
+}
+
+}  // namespace helios

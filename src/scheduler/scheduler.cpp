@@ -1,0 +1,128 @@
+// The scheduler's queues and the step outline: running → swapped back in → admitted.
+// Preemption lives in preemption.cpp, swap-in and admission in admission.cpp.
+#include "helios/scheduler.h"
+
+#include <algorithm>
+#include <cassert>
+#include <utility>
+
+#include "scheduler/sequence.h"
+
+namespace helios {
+
+Scheduler::Scheduler(const SchedulerLimits& limits, KvManager& kv) : limits_(limits), kv_(kv) {}
+
+Scheduler::~Scheduler() = default;
+
+// ---- Request lifecycle ---------------------------------------------------------------------
+
+void Scheduler::add(NewRequest request) {
+  assert(!request.prompt.empty() && sequences_.count(request.id) == 0);
+  auto seq = std::make_unique<Sequence>();
+  seq->id = request.id;
+  seq->arrival = next_arrival_++;
+  seq->n_prompt_tokens = static_cast<int32_t>(request.prompt.size());
+  seq->tokens = std::move(request.prompt);
+  seq->max_new_tokens = request.max_new_tokens;
+  sequences_.emplace(request.id, std::move(seq));
+  waiting_.push_back(request.id);  // the newest arrival always goes last
+}
+
+bool Scheduler::abort(RequestId id) {
+  if (find(id) == nullptr) return false;
+  forget(id);
+  return true;
+}
+
+void Scheduler::finish(RequestId id) {
+  if (find(id) != nullptr) forget(id);
+}
+
+void Scheduler::append_token(RequestId id, TokenId token) {
+  Sequence* seq = find(id);
+  if (seq == nullptr) return;  // aborted between the step and its results
+  // The step computed up to the old end (n_computed == old size); the new token is the one
+  // pending token the next step computes, as a decode.
+  seq->tokens.push_back(token);
+}
+
+void Scheduler::forget(RequestId id) {
+  Sequence* seq = find(id);
+  switch (seq->status) {
+    case SequenceStatus::kWaiting: std::erase(waiting_, id); break;
+    case SequenceStatus::kRunning: std::erase(running_, id); break;
+    case SequenceStatus::kSwapped: std::erase(swapped_, id); break;
+  }
+  kv_.release(id);  // a waiting sequence holds none; releasing nothing is harmless
+  sequences_.erase(id);
+}
+
+// ---- Observability -------------------------------------------------------------------------
+
+size_t Scheduler::n_waiting() const { return waiting_.size(); }
+size_t Scheduler::n_running() const { return running_.size(); }
+size_t Scheduler::n_swapped() const { return swapped_.size(); }
+
+const std::vector<TokenId>* Scheduler::tokens(RequestId id) const {
+  const Sequence* seq = find(id);
+  return seq == nullptr ? nullptr : &seq->tokens;
+}
+
+int32_t Scheduler::n_generated(RequestId id) const {
+  const Sequence* seq = find(id);
+  return seq == nullptr ? 0 : seq->n_tokens() - seq->n_prompt_tokens;
+}
+
+Scheduler::Sequence* Scheduler::find(RequestId id) const {
+  auto it = sequences_.find(id);
+  return it == sequences_.end() ? nullptr : it->second.get();
+}
+
+// ---- One step ------------------------------------------------------------------------------
+
+SchedulerOutput Scheduler::schedule() {
+  StepPlan plan;
+  plan.budget_tokens = limits_.max_batched_tokens;
+  schedule_running(plan);
+  // After a preemption the KV is short: bringing back or admitting anyone would only evict again.
+  if (!plan.preempted) schedule_swapped(plan);
+  // Swapped sequences come first: admitting newer work would keep them out for good.
+  if (!plan.preempted && !plan.kv_full && swapped_.empty()) admit_waiting(plan);
+
+  std::stable_sort(plan.entries.begin(), plan.entries.end(),
+                   [](const StepPlan::Entry& a, const StepPlan::Entry& b) { return a.group < b.group; });
+  SchedulerOutput out = std::move(plan.out);
+  for (const StepPlan::Entry& entry : plan.entries) {
+    // The computed-token rule: the plan counts as computed once handed out (see scheduler.h).
+    find(entry.seq.id)->n_computed += entry.seq.n_tokens;
+    out.seqs.push_back(entry.seq);
+    out.n_batched_tokens += entry.seq.n_tokens;
+  }
+  return out;
+}
+
+void Scheduler::schedule_running(StepPlan& plan) {
+  // A copy: preemption removes later entries from running_ while we walk it.
+  const std::vector<RequestId> running = running_;
+  for (RequestId id : running) {
+    Sequence* seq = find(id);
+    if (seq->status != SequenceStatus::kRunning) continue;  // preempted for an earlier one
+    if (plan.n_seqs() >= limits_.max_seqs) break;
+    const int32_t n_take = std::min(seq->n_pending(), plan.budget_tokens);
+    if (n_take <= 0) continue;  // out of budget, or nothing to compute yet
+    if (!reserve_or_preempt(*seq, seq->n_computed + n_take, plan)) continue;
+    plan_chunk(*seq, n_take, StepPlan::kRunning, plan);
+  }
+}
+
+void Scheduler::plan_chunk(const Sequence& seq, int32_t n_tokens, int group, StepPlan& plan) const {
+  ScheduledSequence chunk;
+  chunk.id = seq.id;
+  chunk.start_pos = seq.n_computed;
+  chunk.n_tokens = n_tokens;
+  chunk.samples = seq.n_computed + n_tokens == seq.n_tokens();
+  plan.entries.push_back({chunk, group});
+  plan.budget_tokens -= n_tokens;
+}
+
+}  // namespace helios

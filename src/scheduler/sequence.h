@@ -1,0 +1,56 @@
+// The scheduler's per-request state and one step's working state. Internal to src/scheduler/.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <iterator>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "helios/scheduler.h"
+
+namespace helios {
+
+struct Scheduler::Sequence {
+  RequestId id = 0;
+  uint64_t arrival = 0;                // FCFS order; kept across preemption
+  std::vector<TokenId> tokens;         // prompt, then generated tokens
+  int32_t n_prompt_tokens = 0;
+  int32_t max_new_tokens = 0;          // the engine enforces it; kept for observability
+  int32_t n_computed = 0;              // tokens whose KV is computed (or planned this step)
+  SequenceStatus status = SequenceStatus::kWaiting;
+
+  int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
+  // Tokens still to compute: 1 for a decode, more for a prefill (first time or after recompute).
+  int32_t n_pending() const { return n_tokens() - n_computed; }
+};
+
+struct Scheduler::StepPlan {
+  // Groups of ScheduledSequence, in the order the output lists them.
+  enum Group { kRunning = 0, kSwappedIn = 1, kAdmitted = 2 };
+  struct Entry {
+    ScheduledSequence seq;
+    int group = kRunning;
+  };
+
+  int32_t budget_tokens = 0;           // left this step
+  std::vector<Entry> entries;          // appended in arrival order within each group
+  SchedulerOutput out;                 // swap copies and preempted ids, filled as we go
+  bool preempted = false;              // a preemption happened: admit nothing new this step
+  bool kv_full = false;                // a swapped-in sequence did not fit: admit nothing new
+
+  int32_t n_seqs() const { return static_cast<int32_t>(entries.size()); }
+};
+
+// Inserts id into a queue kept in arrival order (a preempted sequence goes back ahead of later
+// arrivals). Linear, from the back: queues are short and most inserts land at the end.
+template <typename Queue, typename SequenceMap>
+void insert_by_arrival(Queue& queue, RequestId id, const SequenceMap& sequences) {
+  const uint64_t arrival = sequences.at(id)->arrival;
+  auto pos = queue.end();
+  while (pos != queue.begin() && sequences.at(*std::prev(pos))->arrival > arrival) --pos;
+  queue.insert(pos, id);
+}
+
+}  // namespace helios

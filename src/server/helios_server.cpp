@@ -1,0 +1,413 @@
+// gRPC handlers: check the caller, find the model, convert, enqueue, stream. Nothing else.
+#include "server/helios_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <mutex>
+#include <shared_mutex>
+#include <sstream>
+#include <thread>
+
+#include "helios/v1/helios.grpc.pb.h"
+#include "server/request_convert.h"
+
+namespace helios::server {
+namespace {
+
+using grpc::ServerContext;
+using grpc::StatusCode;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kServiceName = "helios.v1.Helios";
+
+grpc::Status to_grpc(const Status& s) {
+  switch (s.code()) {
+    case helios::StatusCode::kOk: return grpc::Status::OK;
+    case helios::StatusCode::kInvalidArgument: return {StatusCode::INVALID_ARGUMENT, s.message()};
+    case helios::StatusCode::kNotFound: return {StatusCode::NOT_FOUND, s.message()};
+    case helios::StatusCode::kAlreadyExists: return {StatusCode::ALREADY_EXISTS, s.message()};
+    case helios::StatusCode::kResourceExhausted: return {StatusCode::RESOURCE_EXHAUSTED, s.message()};
+    case helios::StatusCode::kUnavailable: return {StatusCode::UNAVAILABLE, s.message()};
+    case helios::StatusCode::kOutOfRange: return {StatusCode::OUT_OF_RANGE, s.message()};
+    case helios::StatusCode::kFailedPrecondition: return {StatusCode::FAILED_PRECONDITION, s.message()};
+    case helios::StatusCode::kUnimplemented: return {StatusCode::UNIMPLEMENTED, s.message()};
+    default: return {StatusCode::INTERNAL, s.message()};
+  }
+}
+
+StatusOr<std::string> read_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return not_found("cannot read '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class ServerImpl;
+
+class Service final : public v1::Helios::Service {
+ public:
+  explicit Service(ServerImpl& server) : server_(server) {}
+  grpc::Status Generate(ServerContext* ctx, const v1::GenerateRequest* req,
+                        grpc::ServerWriter<v1::GenerateResponse>* writer) override;
+  grpc::Status Abort(ServerContext* ctx, const v1::AbortRequest* req, v1::AbortResponse* resp) override;
+  grpc::Status Tokenize(ServerContext* ctx, const v1::TokenizeRequest* req, v1::TokenizeResponse* resp) override;
+  grpc::Status Detokenize(ServerContext* ctx, const v1::DetokenizeRequest* req, v1::DetokenizeResponse* resp) override;
+  grpc::Status ListModels(ServerContext* ctx, const v1::ListModelsRequest* req, v1::ListModelsResponse* resp) override;
+  grpc::Status GetModelInfo(ServerContext* ctx, const v1::GetModelInfoRequest* req, v1::ModelInfo* resp) override;
+  grpc::Status GetServerStatus(ServerContext* ctx, const v1::GetServerStatusRequest* req, v1::ServerStatus* resp) override;
+
+ private:
+  ServerImpl& server_;
+};
+
+class ServerImpl final : public HeliosServer {
+ public:
+  ServerImpl(const HeliosConfig& config, MetricsRegistry& metrics)
+      : config_(config), metrics_(metrics), service_(*this),
+        rpc_errors_(metrics.counter("helios_rpc_errors_total", "RPCs that ended with an error")),
+        started_(Clock::now()) {}
+
+  Status build() {
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+    grpc::ServerBuilder builder;
+    std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+    if (!config_.server.tls_cert_path.empty()) {
+      HELIOS_ASSIGN_OR_RETURN(std::string cert, read_file(config_.server.tls_cert_path));
+      HELIOS_ASSIGN_OR_RETURN(std::string key, read_file(config_.server.tls_key_path));
+      grpc::SslServerCredentialsOptions ssl;
+      ssl.pem_key_cert_pairs.push_back({key, cert});
+      creds = grpc::SslServerCredentials(ssl);
+    }
+    builder.AddListeningPort(config_.server.listen, creds, &port_);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+    if (!server_ || port_ == 0) {
+      return unavailable("cannot listen on " + config_.server.listen +
+                         " (address in use, or not HOST:PORT?)");
+    }
+    set_health(false);
+    return ok_status();
+  }
+
+  int port() const override { return port_; }
+
+  void set_models(std::vector<std::unique_ptr<ServedModel>> models) override {
+    {
+      std::unique_lock lock(mu_);
+      models_ = std::move(models);
+      state_ = ServerState::kServing;
+    }
+    set_health(true);
+  }
+
+  void drain_and_stop(double drain_timeout_s) override {
+    {
+      std::unique_lock lock(mu_);
+      if (state_ == ServerState::kDraining) return;
+      state_ = ServerState::kDraining;
+    }
+    set_health(false);
+    spdlog::info("draining: waiting up to {:.1f} s for {} in-flight requests", drain_timeout_s, n_live());
+    const auto deadline = Clock::now() + std::chrono::duration<double>(drain_timeout_s);
+    while (n_live() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (n_live() > 0) {
+      spdlog::warn("drain timeout: ending {} requests", n_live());
+      for (auto& m : models_) m->engine->abort_all("the server shut down before this request finished");
+    }
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    server_->Wait();
+    std::unique_lock lock(mu_);
+    models_.clear();  // stops the engines
+  }
+
+  // --- used by the handlers
+  grpc::Status check_auth(ServerContext* ctx) const {
+    if (config_.server.api_keys.empty()) return grpc::Status::OK;
+    const auto& md = ctx->client_metadata();
+    std::string key;
+    if (auto it = md.find("authorization"); it != md.end()) {
+      key = std::string(it->second.data(), it->second.size());
+      if (key.rfind("Bearer ", 0) == 0) key = key.substr(7);
+    } else if (auto it2 = md.find("x-api-key"); it2 != md.end()) {
+      key = std::string(it2->second.data(), it2->second.size());
+    }
+    for (const auto& valid : config_.server.api_keys) {
+      if (!key.empty() && key == valid) return grpc::Status::OK;
+    }
+    return {StatusCode::UNAUTHENTICATED,
+            key.empty() ? "this server needs an API key: send 'authorization: Bearer <key>'"
+                        : "the API key is not valid"};
+  }
+
+  // The model a request names ("" = the first); null with the error in *status.
+  ServedModel* find_model(const std::string& name, grpc::Status* status) const {
+    std::shared_lock lock(mu_);
+    if (state_ != ServerState::kServing) {
+      *status = {StatusCode::UNAVAILABLE, state_ == ServerState::kLoading ? "the server is loading its models"
+                                                                          : "the server is shutting down"};
+      return nullptr;
+    }
+    if (name.empty()) return models_.front().get();
+    for (const auto& m : models_) {
+      if (m->entry.name == name) return m.get();
+    }
+    std::string names;
+    for (const auto& m : models_) names += (names.empty() ? "" : ", ") + m->entry.name;
+    *status = {StatusCode::NOT_FOUND, "unknown model '" + name + "' (served: " + names + ")"};
+    return nullptr;
+  }
+
+  std::vector<ServedModel*> models() const {
+    std::shared_lock lock(mu_);
+    std::vector<ServedModel*> out;
+    for (const auto& m : models_) out.push_back(m.get());
+    return out;
+  }
+
+  ServerState state() const {
+    std::shared_lock lock(mu_);
+    return state_;
+  }
+  size_t n_live() const {
+    size_t n = 0;
+    for (ServedModel* m : models()) n += m->engine->n_live();
+    return n;
+  }
+  std::string next_request_id() { return "req-" + std::to_string(++request_counter_); }
+  const HeliosConfig& config() const { return config_; }
+  double uptime() const { return std::chrono::duration<double>(Clock::now() - started_).count(); }
+  void count_error() { rpc_errors_->inc(); }
+
+ private:
+  void set_health(bool serving) {
+    if (auto* health = server_->GetHealthCheckService()) {
+      health->SetServingStatus(serving);
+      health->SetServingStatus(kServiceName, serving);
+    }
+  }
+
+  HeliosConfig config_;
+  MetricsRegistry& metrics_;
+  Service service_;
+  Counter* rpc_errors_;
+  Clock::time_point started_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  mutable std::shared_mutex mu_;
+  ServerState state_ = ServerState::kLoading;
+  std::vector<std::unique_ptr<ServedModel>> models_;
+  std::atomic<uint64_t> request_counter_{0};
+};
+
+// ---------------------------------------------------------------------------------------------
+// Handlers
+
+grpc::Status Service::Generate(ServerContext* ctx, const v1::GenerateRequest* req,
+                               grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  if (grpc::Status s = server_.check_auth(ctx); !s.ok()) return s;
+  grpc::Status status;
+  ServedModel* m = server_.find_model(req->model(), &status);
+  if (!m) return status;
+  // Refuse before tokenizing: an overloaded server should not spend time on work it will drop.
+  if (!m->engine->has_capacity()) {
+    server_.count_error();
+    return {StatusCode::RESOURCE_EXHAUSTED, "the request queue is full; retry later"};
+  }
+  RequestLimits limits{server_.config().limits, m->context_tokens};
+  auto request = to_generation_request(*req, *m->model, limits);
+  if (!request.ok()) return to_grpc(request.status());
+  const std::string id = req->request_id().empty() ? server_.next_request_id() : req->request_id();
+  request->client_id = id;
+  auto stream = m->engine->submit(std::move(*request));
+  if (!stream.ok()) {
+    server_.count_error();
+    return to_grpc(stream.status());
+  }
+  spdlog::debug("{}: queued on {}", id, m->entry.name);
+  for (;;) {
+    auto update = (*stream)->pop(std::chrono::milliseconds(20));
+    if (ctx->IsCancelled()) {
+      m->engine->abort(id);
+      spdlog::info("{}: cancelled by the client", id);
+      return {StatusCode::CANCELLED, "cancelled"};
+    }
+    if (!update) continue;
+    const bool server_ended = update->finish == GenerationFinish::kAborted && !update->error.empty();
+    v1::GenerateResponse response;
+    to_response(*update, id, &response);
+    if (server_ended) response.set_finish_reason(v1::FINISH_REASON_UNSPECIFIED);
+    if ((!server_ended || response.tokens_size() > 0) && !writer->Write(response)) {
+      m->engine->abort(id);
+      return {StatusCode::CANCELLED, "the client went away"};
+    }
+    if (server_ended) {
+      server_.count_error();
+      spdlog::warn("{}: ended by the server: {}", id, update->error);
+      return {StatusCode::UNAVAILABLE, update->error};
+    }
+    if (update->finish != GenerationFinish::kNone) {
+      spdlog::info("{}: {} prompt + {} generated tokens, ttft {:.3f} s, total {:.3f} s", id,
+                   update->prompt_tokens, update->completion_tokens, update->ttft_seconds,
+                   update->total_seconds);
+      return grpc::Status::OK;
+    }
+  }
+}
+
+grpc::Status Service::Abort(ServerContext* ctx, const v1::AbortRequest* req, v1::AbortResponse* resp) {
+  if (grpc::Status s = server_.check_auth(ctx); !s.ok()) return s;
+  if (req->request_id().empty()) return {StatusCode::INVALID_ARGUMENT, "request_id is empty"};
+  bool found = false;
+  for (ServedModel* m : server_.models()) found = m->engine->abort(req->request_id()) || found;
+  resp->set_found(found);
+  return grpc::Status::OK;
+}
+
+grpc::Status Service::Tokenize(ServerContext* ctx, const v1::TokenizeRequest* req, v1::TokenizeResponse* resp) {
+  if (grpc::Status s = server_.check_auth(ctx); !s.ok()) return s;
+  grpc::Status status;
+  ServedModel* m = server_.find_model(req->model(), &status);
+  if (!m) return status;
+  const Tokenizer& tok = m->model->tokenizer();
+  for (TokenId id : tok.encode(req->text(), req->add_special(), req->parse_special())) {
+    resp->add_token_ids(id);
+    resp->add_pieces(tok.token_to_piece(id, true));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status Service::Detokenize(ServerContext* ctx, const v1::DetokenizeRequest* req, v1::DetokenizeResponse* resp) {
+  if (grpc::Status s = server_.check_auth(ctx); !s.ok()) return s;
+  grpc::Status status;
+  ServedModel* m = server_.find_model(req->model(), &status);
+  if (!m) return status;
+  std::vector<TokenId> ids(req->token_ids().begin(), req->token_ids().end());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= m->model->config().n_vocab) {
+      return {StatusCode::INVALID_ARGUMENT, "token_ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) +
+                                                " is outside the vocabulary"};
+    }
+  }
+  resp->set_text(m->model->tokenizer().decode(ids));
+  return grpc::Status::OK;
+}
+
+void fill_model_info(const ServedModel& m, v1::ModelInfo* info) {
+  const ModelConfig& c = m.model->config();
+  info->set_name(m.entry.name);
+  info->set_path(m.entry.path);
+  info->set_architecture(c.architecture);
+  info->set_n_layers(c.n_layer);
+  info->set_n_embd(c.n_embd);
+  info->set_n_heads(c.n_head);
+  info->set_n_kv_heads(c.n_head_kv);
+  info->set_n_vocab(c.n_vocab);
+  info->set_context_length(m.context_tokens);
+  info->set_n_parameters(m.model->weights().n_params);
+  info->set_loaded_layers(m.model->n_layers_loaded());
+  info->set_backend(m.model->backend().name());
+}
+
+grpc::Status Service::ListModels(ServerContext* ctx, const v1::ListModelsRequest*, v1::ListModelsResponse* resp) {
+  if (grpc::Status s = server_.check_auth(ctx); !s.ok()) return s;
+  for (ServedModel* m : server_.models()) fill_model_info(*m, resp->add_models());
+  return grpc::Status::OK;
+}
+
+grpc::Status Service::GetModelInfo(ServerContext* ctx, const v1::GetModelInfoRequest* req, v1::ModelInfo* resp) {
+  if (grpc::Status s = server_.check_auth(ctx); !s.ok()) return s;
+  grpc::Status status;
+  ServedModel* m = server_.find_model(req->model(), &status);
+  if (!m) return status;
+  fill_model_info(*m, resp);
+  return grpc::Status::OK;
+}
+
+grpc::Status Service::GetServerStatus(ServerContext* ctx, const v1::GetServerStatusRequest*, v1::ServerStatus* resp) {
+  if (grpc::Status s = server_.check_auth(ctx); !s.ok()) return s;
+  const ServerState state = server_.state();
+  resp->set_state(state == ServerState::kLoading ? "LOADING" : state == ServerState::kServing ? "SERVING" : "DRAINING");
+  for (ServedModel* m : server_.models()) {
+    const EngineStatus e = m->engine->status();
+    resp->set_requests_waiting(resp->requests_waiting() + e.waiting);
+    resp->set_requests_running(resp->requests_running() + e.running);
+    resp->set_requests_swapped(resp->requests_swapped() + e.swapped);
+    resp->set_kv_blocks_total(resp->kv_blocks_total() + e.kv_blocks_total);
+    resp->set_kv_blocks_used(resp->kv_blocks_used() + e.kv_blocks_used);
+    resp->set_kv_block_size(e.kv_block_size);
+    resp->set_batch_size(resp->batch_size() + e.batch_size);
+    resp->set_batch_tokens(resp->batch_tokens() + e.batch_tokens);
+    resp->set_steps_per_second(std::max(resp->steps_per_second(), e.steps_per_second));
+    resp->set_preemptions(resp->preemptions() + e.preemptions);
+    resp->set_requests_total(resp->requests_total() + e.requests_total);
+    resp->set_generated_tokens_total(resp->generated_tokens_total() + e.generated_tokens_total);
+  }
+  resp->set_uptime_seconds(server_.uptime());
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<HeliosServer>> HeliosServer::start(const HeliosConfig& config,
+                                                           MetricsRegistry& metrics) {
+  auto server = std::make_unique<ServerImpl>(config, metrics);
+  HELIOS_RETURN_IF_ERROR(server->build());
+  return std::unique_ptr<HeliosServer>(std::move(server));
+}
+
+StatusOr<std::unique_ptr<ServedModel>> load_served_model(const ModelEntryConfig& entry,
+                                                         const EngineConfig& engine,
+                                                         size_t n_models, MetricsRegistry& metrics) {
+  auto served = std::make_unique<ServedModel>();
+  served->entry = entry;
+  HELIOS_ASSIGN_OR_RETURN(served->backend, make_backend(engine.backend, engine.threads));
+  ModelLoadOptions load;
+  int last_percent = -1;
+  load.progress = [&](int done, int total) {
+    const int percent = 100 * done / total;
+    if (percent / 25 != last_percent / 25) spdlog::info("loading {}: {}%", entry.name, percent);
+    last_percent = percent;
+  };
+  HELIOS_ASSIGN_OR_RETURN(served->model, Model::load(entry.path, *served->backend, load));
+  const ModelConfig& c = served->model->config();
+
+  // KV cache: the configured bytes, or a fraction of physical memory, shared by the models.
+  int64_t kv_bytes = engine.kv_cache_bytes;
+  if (kv_bytes == 0) {
+    const double physical = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+    kv_bytes = static_cast<int64_t>(physical * engine.kv_cache_fraction);
+  }
+  kv_bytes /= static_cast<int64_t>(n_models);
+  const int64_t per_block = KvCacheStorage::bytes_per_block(c, engine.block_size);
+  EngineOptions options;
+  options.block_size = engine.block_size;
+  options.n_kv_blocks = static_cast<int32_t>(std::min<int64_t>(kv_bytes / per_block, 1 << 24));
+  if (options.n_kv_blocks < 1) {
+    return invalid_argument("engine.kv_cache (" + std::to_string(kv_bytes) + " bytes for model '" + entry.name +
+                            "') is smaller than one KV block (" + std::to_string(per_block) +
+                            " bytes); give it more memory");
+  }
+  options.n_swap_blocks = engine.preemption == PreemptionMode::kSwap
+                              ? static_cast<int32_t>(engine.swap_space_bytes / n_models / per_block) : 0;
+  options.queue_limit = engine.queue_limit;
+  options.scheduler.max_batched_tokens = engine.max_batched_tokens;
+  options.scheduler.max_seqs = engine.max_seqs;
+  options.scheduler.preemption = engine.preemption;
+  served->context_tokens = std::min<int64_t>(c.n_ctx_train, static_cast<int64_t>(options.n_kv_blocks) * engine.block_size);
+  spdlog::info("{}: {} layers, {:.1f}M parameters on {}; KV cache {} blocks × {} tokens ({:.0f} MiB), "
+               "context {} tokens", entry.name, c.n_layer, served->model->weights().n_params / 1e6,
+               served->backend->name(), options.n_kv_blocks, options.block_size,
+               static_cast<double>(options.n_kv_blocks) * per_block / 1048576.0, served->context_tokens);
+  HELIOS_ASSIGN_OR_RETURN(served->engine, Engine::start(*served->model, options, &metrics));
+  return served;
+}
+
+}  // namespace helios::server

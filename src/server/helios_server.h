@@ -1,0 +1,46 @@
+// The gRPC front end: the Helios service, health and reflection on one port, with optional TLS
+// and API keys. Handlers translate and enqueue; the engines do the work.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "helios/config.h"
+#include "helios/engine.h"
+#include "helios/metrics.h"
+
+namespace helios::server {
+
+// One configured model, loaded, with its engine.
+struct ServedModel {
+  ModelEntryConfig entry;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Engine> engine;
+  int32_t context_tokens = 0;  // what one request may use: min(model context, KV capacity)
+};
+
+enum class ServerState { kLoading, kServing, kDraining };
+
+class HeliosServer {
+ public:
+  // Binds the port (the actual one is port()); serves UNAVAILABLE until set_models().
+  static StatusOr<std::unique_ptr<HeliosServer>> start(const HeliosConfig& config,
+                                                      MetricsRegistry& metrics);
+  virtual ~HeliosServer() = default;
+  virtual int port() const = 0;
+  // Hands over the loaded models and starts serving them (health → SERVING).
+  virtual void set_models(std::vector<std::unique_ptr<ServedModel>> models) = 0;
+  // Graceful stop: health NOT_SERVING, new calls UNAVAILABLE, in-flight streams get up to
+  // `drain_timeout_s` to finish, the rest end with UNAVAILABLE; then the server stops.
+  virtual void drain_and_stop(double drain_timeout_s) = 0;
+};
+
+// Loads one model and starts its engine, sizing the KV cache from the config.
+StatusOr<std::unique_ptr<ServedModel>> load_served_model(const ModelEntryConfig& entry,
+                                                         const EngineConfig& engine,
+                                                         size_t n_models, MetricsRegistry& metrics);
+
+}  // namespace helios::server

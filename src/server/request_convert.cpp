@@ -1,0 +1,150 @@
+#include "server/request_convert.h"
+
+#include <cmath>
+
+namespace helios::server {
+namespace {
+
+Status field_error(const std::string& field, const std::string& what) {
+  return invalid_argument(field + " " + what);
+}
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+Status convert_sampling(const v1::SamplingParams& p, SamplingParams* out) {
+  if (!std::isfinite(p.temperature()) || p.temperature() < 0) {
+    return field_error("sampling.temperature", "must be a finite number >= 0, got " + num(p.temperature()));
+  }
+  if (p.top_k() < 0) return field_error("sampling.top_k", "must be >= 0 (0 = off), got " + std::to_string(p.top_k()));
+  if (!(p.top_p() >= 0 && p.top_p() <= 1)) {  // 0 is "not set"
+    return field_error("sampling.top_p", "must be in (0, 1] (0 = not set), got " + num(p.top_p()));
+  }
+  if (!(p.min_p() >= 0 && p.min_p() <= 1)) return field_error("sampling.min_p", "must be in [0, 1], got " + num(p.min_p()));
+  if (!(p.repetition_penalty() >= 0 && std::isfinite(p.repetition_penalty()))) {  // 0 is "not set"
+    return field_error("sampling.repetition_penalty", "must be > 0 (1 = off, 0 = not set), got " +
+                                                          num(p.repetition_penalty()));
+  }
+  out->temperature = p.temperature();
+  out->top_k = p.top_k();
+  out->top_p = p.top_p() > 0 ? p.top_p() : 1.0f;
+  out->min_p = p.min_p();
+  out->repetition_penalty = p.repetition_penalty() > 0 ? p.repetition_penalty() : 1.0f;
+  out->seed = p.seed();
+  return ok_status();
+}
+
+}  // namespace
+
+StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& request,
+                                                  const Model& model, const RequestLimits& limits) {
+  GenerationRequest out;
+  const Tokenizer& tok = model.tokenizer();
+  const int32_t n_vocab = model.config().n_vocab;
+  HELIOS_RETURN_IF_ERROR(convert_sampling(request.sampling(), &out.sampling));
+
+  if (request.max_tokens() < 0) {
+    return field_error("max_tokens", "must be > 0 (0 = the server's default), got " + std::to_string(request.max_tokens()));
+  }
+  if (request.max_tokens() > 0) {
+    if (request.max_tokens() > limits.limits.max_tokens) {
+      return field_error("max_tokens", "is " + std::to_string(request.max_tokens()) + ", above the server's limit of " +
+                                           std::to_string(limits.limits.max_tokens));
+    }
+    out.max_tokens = request.max_tokens();
+  } else {
+    out.max_tokens = limits.limits.default_max_tokens;
+  }
+  if (request.logprobs()) {
+    if (request.top_logprobs() < 0 || request.top_logprobs() > 20) {
+      return field_error("top_logprobs", "must be in 0..20, got " + std::to_string(request.top_logprobs()));
+    }
+    out.top_logprobs = request.top_logprobs();
+  }
+  for (int i = 0; i < request.stop_size(); ++i) {
+    if (request.stop(i).empty()) return field_error("stop[" + std::to_string(i) + "]", "is empty");
+    out.stop.push_back(request.stop(i));
+  }
+  for (int i = 0; i < request.stop_token_ids_size(); ++i) {
+    const int32_t id = request.stop_token_ids(i);
+    if (id < 0 || id >= n_vocab) {
+      return field_error("stop_token_ids[" + std::to_string(i) + "]", "= " + std::to_string(id) +
+                                                                        " is not a token of this model (0.." +
+                                                                        std::to_string(n_vocab - 1) + ")");
+    }
+    out.stop_token_ids.push_back(id);
+  }
+  out.ignore_eos = request.ignore_eos();
+
+  // The prompt.
+  switch (request.input_case()) {
+    case v1::GenerateRequest::kText: {
+      if (request.text().empty()) return field_error("text", "is empty");
+      const std::string text = request.chat() ? tok.format_chat({{"user", request.text()}}) : request.text();
+      out.prompt = tok.encode(text, /*add_special=*/true, /*parse_special=*/request.chat());
+      break;
+    }
+    case v1::GenerateRequest::kTokenIds: {
+      const auto& ids = request.token_ids().ids();
+      if (ids.empty()) return field_error("token_ids", "is empty");
+      for (int i = 0; i < ids.size(); ++i) {
+        if (ids[i] < 0 || ids[i] >= n_vocab) {
+          return field_error("token_ids[" + std::to_string(i) + "]", "= " + std::to_string(ids[i]) +
+                                                                      " is outside the vocabulary (0.." +
+                                                                      std::to_string(n_vocab - 1) + ")");
+        }
+      }
+      out.prompt.assign(ids.begin(), ids.end());
+      break;
+    }
+    default:
+      return field_error("input", "is missing: set text or token_ids");
+  }
+  if (out.prompt.empty()) return field_error("text", "gives no tokens");
+  const auto n_prompt = static_cast<int32_t>(out.prompt.size());
+  if (n_prompt > limits.limits.max_prompt_tokens) {
+    return field_error("text", "has " + std::to_string(n_prompt) + " tokens, above the server's limit of " +
+                                   std::to_string(limits.limits.max_prompt_tokens));
+  }
+  if (n_prompt + out.max_tokens > limits.context_tokens) {
+    return field_error("max_tokens", "(" + std::to_string(out.max_tokens) + ") + the prompt (" +
+                                         std::to_string(n_prompt) + " tokens) exceed the context of " +
+                                         std::to_string(limits.context_tokens) + " tokens");
+  }
+  return out;
+}
+
+void to_response(const GenerationUpdate& update, const std::string& request_id,
+                 v1::GenerateResponse* response) {
+  response->set_request_id(request_id);
+  for (const TokenEvent& ev : update.tokens) {
+    v1::GeneratedToken* t = response->add_tokens();
+    t->set_token_id(ev.id);
+    t->set_text(ev.text);
+    t->set_logprob(ev.logprob);
+    t->set_exit_layer(ev.exit_layer);
+    t->set_confidence(ev.confidence);
+    for (const auto& [id, lp] : ev.top_logprobs) {
+      v1::TokenLogprob* p = t->add_top_logprobs();
+      p->set_token_id(id);
+      p->set_logprob(lp);
+    }
+  }
+  if (update.finish == GenerationFinish::kNone) return;
+  switch (update.finish) {
+    case GenerationFinish::kStop: response->set_finish_reason(v1::FINISH_REASON_STOP); break;
+    case GenerationFinish::kEos: response->set_finish_reason(v1::FINISH_REASON_EOS); break;
+    case GenerationFinish::kLength: response->set_finish_reason(v1::FINISH_REASON_LENGTH); break;
+    default: response->set_finish_reason(v1::FINISH_REASON_ABORTED); break;
+  }
+  response->mutable_usage()->set_prompt_tokens(update.prompt_tokens);
+  response->mutable_usage()->set_completion_tokens(update.completion_tokens);
+  response->mutable_timings()->set_queue_seconds(update.queue_seconds);
+  response->mutable_timings()->set_time_to_first_token_seconds(update.ttft_seconds);
+  response->mutable_timings()->set_total_seconds(update.total_seconds);
+}
+
+}  // namespace helios::server

@@ -1,0 +1,23 @@
+// Proto ↔ engine: validates a GenerateRequest field by field and turns it into a
+// GenerationRequest, and turns engine updates into GenerateResponse messages. No RPC state.
+#pragma once
+
+#include "helios/config.h"
+#include "helios/engine.h"
+#include "helios/v1/helios.pb.h"
+
+namespace helios::server {
+
+struct RequestLimits {
+  LimitsConfig limits;
+  int32_t context_tokens = 0;  // the model's context, or the KV cache's capacity if smaller
+};
+
+// INVALID_ARGUMENT naming the field (e.g. "sampling.top_p must be in (0, 1], got 1.5").
+StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& request,
+                                                  const Model& model, const RequestLimits& limits);
+
+void to_response(const GenerationUpdate& update, const std::string& request_id,
+                 v1::GenerateResponse* response);
+
+}  // namespace helios::server

@@ -1,0 +1,50 @@
+// configs/default.yaml must state exactly the struct defaults, so the documentation and the code
+// cannot drift apart; a config that names only its models gets those same defaults.
+#include <gtest/gtest.h>
+
+#include "config_test_util.h"
+#include "test_paths.h"
+
+namespace helios::testing {
+namespace {
+
+HeliosConfig defaults_with_model(const std::string& name, const std::string& path) {
+  HeliosConfig config;
+  config.models.push_back({name, path});
+  return config;
+}
+
+TEST(ConfigDefaults, DefaultYamlEqualsStructDefaults) {
+  StatusOr<HeliosConfig> loaded = load_config(source_dir() + "/configs/default.yaml");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  // The one model resolves against configs/, i.e. to the repository's models cache.
+  expect_config_eq(*loaded, defaults_with_model("smollm2-135m", default_model_path()));
+}
+
+TEST(ConfigDefaults, OnlyModelsGivesStructDefaults) {
+  StatusOr<HeliosConfig> parsed = parse_config(with_model(""), "cfg.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  expect_config_eq(*parsed, defaults_with_model("m", "/m.gguf"));
+}
+
+TEST(ConfigDefaults, EmptySectionsGiveStructDefaults) {
+  StatusOr<HeliosConfig> parsed =
+      parse_config(with_model("server:\nengine:\nlimits: {}\nlogging:\n"), "cfg.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  expect_config_eq(*parsed, defaults_with_model("m", "/m.gguf"));
+}
+
+TEST(ConfigDefaults, CpuDevYamlLoads) {
+  StatusOr<HeliosConfig> loaded = load_config(source_dir() + "/configs/cpu-dev.yaml");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  EXPECT_EQ(loaded->server.listen, "127.0.0.1:50051");
+  EXPECT_EQ(loaded->engine.backend, "cpu");
+  EXPECT_EQ(loaded->engine.threads, 2);
+  EXPECT_EQ(loaded->engine.kv_cache_bytes, 256LL << 20);
+  EXPECT_EQ(loaded->engine.kv_cache_fraction, 0.0);
+  ASSERT_EQ(loaded->models.size(), 1u);
+  EXPECT_EQ(loaded->models[0].path, default_model_path());
+}
+
+}  // namespace
+}  // namespace helios::testing

@@ -1,0 +1,164 @@
+// load_config, relative model paths, and a full config read back field by field.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "config_test_util.h"
+#include "test_paths.h"
+
+namespace helios::testing {
+namespace {
+
+std::string model_path(const std::string& yaml_path, const std::string& file_name) {
+  StatusOr<HeliosConfig> parsed =
+      parse_config("models:\n  - name: m\n    path: " + yaml_path + "\n", file_name);
+  EXPECT_TRUE(parsed.ok()) << parsed.status().to_string();
+  return parsed.ok() ? parsed->models[0].path : "";
+}
+
+TEST(ConfigPaths, RelativeModelPathsResolveAgainstTheConfigDirectory) {
+  EXPECT_EQ(model_path("m.gguf", "/etc/helios/helios.yaml"), "/etc/helios/m.gguf");
+  EXPECT_EQ(model_path("models/m.gguf", "/etc/helios/helios.yaml"), "/etc/helios/models/m.gguf");
+  EXPECT_EQ(model_path("../models/m.gguf", "/srv/repo/configs/a.yaml"), "/srv/repo/models/m.gguf");
+  EXPECT_EQ(model_path("../models/m.gguf", "configs/a.yaml"), "models/m.gguf");
+}
+
+TEST(ConfigPaths, AbsoluteModelPathsStay) {
+  EXPECT_EQ(model_path("/data/m.gguf", "/etc/helios/helios.yaml"), "/data/m.gguf");
+}
+
+TEST(ConfigPaths, ConfigInTheWorkingDirectoryKeepsPathsRelative) {
+  EXPECT_EQ(model_path("models/m.gguf", "cfg.yaml"), "models/m.gguf");
+}
+
+TEST(ConfigPaths, TlsFilesResolveToo) {
+  StatusOr<HeliosConfig> parsed = parse_config(
+      with_model("server:\n  tls: {cert: certs/c.pem, key: /keys/k.pem}\n"), "/etc/h/cfg.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_EQ(parsed->server.tls_cert_path, "/etc/h/certs/c.pem");
+  EXPECT_EQ(parsed->server.tls_key_path, "/keys/k.pem");
+}
+
+TEST(ConfigLoad, FromFileResolvesAgainstItsDirectory) {
+  const std::string path = temp_dir() + "/load_test.yaml";
+  std::ofstream(path) << "models:\n  - name: tiny\n    path: sub/tiny.gguf\n";
+  StatusOr<HeliosConfig> loaded = load_config(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  EXPECT_EQ(loaded->models[0].path, temp_dir() + "/sub/tiny.gguf");
+}
+
+TEST(ConfigLoad, ErrorsNameTheFile) {
+  const std::string path = temp_dir() + "/bad.yaml";
+  std::ofstream(path) << "models:\n  - name: tiny\n    path: t.gguf\nengine:\n  block_size: 3\n";
+  StatusOr<HeliosConfig> loaded = load_config(path);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().message(),
+            path + ":5:15: engine.block_size: must be a power of two between 1 and 256, got 3");
+}
+
+TEST(ConfigLoad, MissingFileIsNotFound) {
+  StatusOr<HeliosConfig> loaded = load_config(temp_dir() + "/no-such.yaml");
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(contains(loaded.status().message(), "no-such.yaml"));
+  EXPECT_EQ(load_config(temp_dir()).status().code(), StatusCode::kNotFound);
+}
+
+// A config with every key away from its default, written as YAML and read back.
+HeliosConfig full_config() {
+  HeliosConfig c;
+  c.server.listen = "[::]:6000";
+  c.server.metrics_listen = "";
+  c.server.tls_cert_path = "/tls/cert.pem";
+  c.server.tls_key_path = "/tls/key.pem";
+  c.server.api_keys = {"key-one", "key-two"};
+  c.server.drain_timeout_s = 2.5;
+  c.models = {{"small", "/models/small.gguf"}, {"large", "/models/large.gguf"}};
+  c.engine.backend = "cuda";
+  c.engine.threads = 7;
+  c.engine.kv_cache_bytes = 3LL << 30;
+  c.engine.kv_cache_fraction = 0.0;
+  c.engine.block_size = 32;
+  c.engine.max_batched_tokens = 2048;
+  c.engine.max_seqs = 128;
+  c.engine.queue_limit = 10;
+  c.engine.preemption = PreemptionMode::kSwap;
+  c.engine.swap_space_bytes = 4LL << 30;
+  c.limits.max_tokens = 100;
+  c.limits.default_max_tokens = 50;
+  c.limits.max_prompt_tokens = 8000;
+  c.logging.level = "trace";
+  c.logging.format = LogFormat::kJson;
+  return c;
+}
+
+std::string to_yaml(const HeliosConfig& c) {
+  std::ostringstream y;
+  y << "server:\n"
+    << "  listen: '" << c.server.listen << "'\n"
+    << "  metrics_listen: '" << c.server.metrics_listen << "'\n"
+    << "  tls:\n    cert: " << c.server.tls_cert_path << "\n    key: " << c.server.tls_key_path
+    << "\n  api_keys:\n";
+  for (const std::string& key : c.server.api_keys) y << "    - " << key << "\n";
+  y << "  drain_timeout_s: " << c.server.drain_timeout_s << "\n";
+  y << "models:\n";
+  for (const ModelEntryConfig& m : c.models) y << "  - name: " << m.name << "\n    path: " << m.path << "\n";
+  y << "engine:\n"
+    << "  backend: " << c.engine.backend << "\n"
+    << "  threads: " << c.engine.threads << "\n";
+  if (c.engine.kv_cache_bytes > 0) {
+    y << "  kv_cache: " << c.engine.kv_cache_bytes << "\n";
+  } else {
+    y << "  kv_cache: " << c.engine.kv_cache_fraction * 100 << "%\n";
+  }
+  y << "  block_size: " << c.engine.block_size << "\n"
+    << "  max_batched_tokens: " << c.engine.max_batched_tokens << "\n"
+    << "  max_seqs: " << c.engine.max_seqs << "\n"
+    << "  queue_limit: " << c.engine.queue_limit << "\n"
+    << "  preemption: " << (c.engine.preemption == PreemptionMode::kSwap ? "swap" : "recompute")
+    << "\n  swap_space: " << c.engine.swap_space_bytes << "\n";
+  y << "limits:\n"
+    << "  max_tokens: " << c.limits.max_tokens << "\n"
+    << "  default_max_tokens: " << c.limits.default_max_tokens << "\n"
+    << "  max_prompt_tokens: " << c.limits.max_prompt_tokens << "\n";
+  y << "logging:\n"
+    << "  level: " << c.logging.level << "\n"
+    << "  format: " << (c.logging.format == LogFormat::kJson ? "json" : "text") << "\n";
+  return y.str();
+}
+
+TEST(ConfigRoundTrip, FullConfigReadsBackEqual) {
+  const HeliosConfig expected = full_config();
+  StatusOr<HeliosConfig> parsed = parse_config(to_yaml(expected), "/etc/helios/full.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string() << "\n" << to_yaml(expected);
+  expect_config_eq(*parsed, expected);
+}
+
+TEST(ConfigRoundTrip, PercentageKvCacheReadsBackEqual) {
+  HeliosConfig expected = full_config();
+  expected.engine.kv_cache_bytes = 0;
+  expected.engine.kv_cache_fraction = 0.5;
+  StatusOr<HeliosConfig> parsed = parse_config(to_yaml(expected), "full.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  expect_config_eq(*parsed, expected);
+}
+
+TEST(ConfigRoundTrip, KvCacheForms) {
+  const auto kv = [](const std::string& value) {
+    StatusOr<HeliosConfig> parsed =
+        parse_config(with_model("engine:\n  kv_cache: " + value + "\n"), "cfg.yaml");
+    EXPECT_TRUE(parsed.ok()) << value << ": " << parsed.status().to_string();
+    return parsed.ok() ? parsed->engine : EngineConfig{};
+  };
+  EXPECT_EQ(kv("2GiB").kv_cache_bytes, 2LL << 30);
+  EXPECT_EQ(kv("2GiB").kv_cache_fraction, 0.0);
+  EXPECT_EQ(kv("'512 MiB'").kv_cache_bytes, 512LL << 20);
+  EXPECT_EQ(kv("1073741824").kv_cache_bytes, 1LL << 30);
+  EXPECT_EQ(kv("100%").kv_cache_fraction, 1.0);
+  EXPECT_EQ(kv("100%").kv_cache_bytes, 0);
+  EXPECT_DOUBLE_EQ(kv("12.5%").kv_cache_fraction, 0.125);
+}
+
+}  // namespace
+}  // namespace helios::testing
