@@ -7,5 +7,10 @@ int cmd_generate(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
 int cmd_convert_llama2c(int argc, char** argv);
 int cmd_make_synthetic(int argc, char** argv);
+#if defined(HELIOS_WITH_GRPC)
+int cmd_complete(int argc, char** argv);
+int cmd_chat(int argc, char** argv);
+int cmd_status(int argc, char** argv);
+#endif
 
 }  // namespace helios::cli

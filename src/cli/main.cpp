@@ -18,6 +18,11 @@ constexpr Command kCommands[] = {
     {"inspect", helios::cli::cmd_inspect, "show a GGUF file's metadata, tensors and size"},
     {"convert-llama2c", helios::cli::cmd_convert_llama2c, "convert a llama2.c checkpoint to GGUF"},
     {"make-synthetic", helios::cli::cmd_make_synthetic, "write a seeded random-weight model of any shape"},
+#if defined(HELIOS_WITH_GRPC)
+    {"complete", helios::cli::cmd_complete, "stream a completion from a running heliosd"},
+    {"chat", helios::cli::cmd_chat, "chat with a model on a running heliosd"},
+    {"status", helios::cli::cmd_status, "show a running heliosd's queues, KV cache and models"},
+#endif
 };
 
 void print_help() {
@@ -43,7 +48,6 @@ int main(int argc, char** argv) {
   for (const auto& c : kCommands) {
     if (std::strcmp(argv[1], c.name) == 0) return c.run(argc - 2, argv + 2);
   }
-  std::fprintf(stderr, "helios: unknown command '%s' (commands: generate, inspect, convert-llama2c, "
-                       "make-synthetic; see 'helios --help')\n", argv[1]);
+  std::fprintf(stderr, "helios: unknown command '%s' (see 'helios --help' for the commands)\n", argv[1]);
   return 2;
 }

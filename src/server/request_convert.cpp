@@ -87,6 +87,21 @@ StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& req
       out.prompt = tok.encode(text, /*add_special=*/true, /*parse_special=*/request.chat());
       break;
     }
+    case v1::GenerateRequest::kConversation: {
+      const auto& messages = request.conversation().messages();
+      if (messages.empty()) return field_error("conversation.messages", "is empty");
+      std::vector<ChatMessage> chat;
+      for (int i = 0; i < messages.size(); ++i) {
+        const std::string& role = messages[i].role();
+        if (role != "system" && role != "user" && role != "assistant") {
+          return field_error("conversation.messages[" + std::to_string(i) + "].role",
+                             "is '" + role + "'; valid: system, user, assistant");
+        }
+        chat.push_back({role, messages[i].content()});
+      }
+      out.prompt = tok.encode(tok.format_chat(chat), /*add_special=*/true, /*parse_special=*/true);
+      break;
+    }
     case v1::GenerateRequest::kTokenIds: {
       const auto& ids = request.token_ids().ids();
       if (ids.empty()) return field_error("token_ids", "is empty");
