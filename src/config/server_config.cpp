@@ -45,7 +45,7 @@ Status check_api_keys(const MapReader& server, const std::vector<std::string>& k
       return std::isgraph(static_cast<unsigned char>(c)) != 0;
     });
     if (key.empty() || !printable) {
-      const YAML::Node& item = server.value("api_keys")[i];
+      const YAML::Node item = server.value("api_keys")[i];
       return config_error(server.source(), item.Mark(),
                           "server.api_keys[" + std::to_string(i) + "]",
                           "must be a non-empty string of printable characters without spaces "

@@ -108,7 +108,9 @@ StatusOr<MapReader> MapReader::open(const ConfigSource& source, const YAML::Node
                             describe_node(node));
   }
   for (auto it = node.begin(); it != node.end(); ++it) {
-    const YAML::Node& key_node = it->first;
+    // Copies: a map iterator's `->` yields a temporary pair, so references would dangle.
+    const YAML::Node key_node = it->first;
+    const YAML::Node value = it->second;
     if (!key_node.IsScalar()) {
       return config_error(source, key_node.Mark(), reader.path_,
                           "expected a key name, got " + describe_node(key_node));
@@ -130,7 +132,7 @@ StatusOr<MapReader> MapReader::open(const ConfigSource& source, const YAML::Node
       what += section + " keys: " + join(known_keys);
       return config_error(source, key_node.Mark(), reader.key_path(key), what);
     }
-    reader.entries_.push_back({key, key_node, it->second});
+    reader.entries_.push_back({key, key_node, value});
   }
   return reader;
 }
@@ -242,7 +244,7 @@ Status MapReader::read_string_list(std::string_view key, std::vector<std::string
   }
   std::vector<std::string> items;
   for (size_t i = 0; i < node.size(); ++i) {
-    const YAML::Node& item = node[i];
+    const YAML::Node item = node[i];
     if (!item.IsScalar()) {
       return config_error(*source_, item.Mark(), key_path(key) + "[" + std::to_string(i) + "]",
                           "expected a string, got " + describe_node(item));
