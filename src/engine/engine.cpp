@@ -187,7 +187,11 @@ void Engine::Impl::run() {
       if (stopping) break;
     }
     admit_and_abort();
-    if (scheduler.has_work()) step();
+    if (scheduler.has_work()) {
+      step();
+    } else {
+      publish_status(SchedulerOutput{}, 0.0);  // idle: queues and KV use after aborts
+    }
   }
   // Shutdown: every live request ends with an explicit reason.
   std::vector<RequestId> ids;

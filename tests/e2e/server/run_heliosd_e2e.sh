@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# ctest entry point of the heliosd end-to-end suite (test_heliosd.py).
+# Usage: run_heliosd_e2e.sh BINARY_DIR SOURCE_DIR [unittest args, e.g. test_heliosd.DrainTest]
+# The client is Debian's python3-grpcio (/usr/bin/python3, not a pyenv python), with stubs that
+# python3-grpc-tools generates at test time.
+set -uo pipefail
+BIN=$(cd "$1" && pwd) || exit 1
+SRC=$(cd "$2" && pwd) || exit 1
+shift 2
+PY=/usr/bin/python3
+if ! "$PY" -c 'import grpc, grpc_tools.protoc' 2> /dev/null; then
+  echo "heliosd e2e skipped: $PY lacks grpc / grpc_tools (apt-get install python3-grpcio python3-grpc-tools)"
+  exit 77
+fi
+export HELIOS_BINARY_DIR="$BIN" HELIOS_SOURCE_DIR="$SRC"
+export HELIOS_SHARED_DATA_DIR="${HELIOS_SHARED_DATA_DIR:-$SRC/../shared/data}"
+cd "$(dirname "$0")" || exit 1
+if [ $# -eq 0 ]; then set -- test_heliosd; fi
+exec "$PY" -m unittest -v "$@"

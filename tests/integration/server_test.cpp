@@ -1,0 +1,184 @@
+// heliosd's service in process on a real port, driven by the generated C++ client: batching
+// invariance, cancellation, validation and authentication.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "helios/model_tools.h"
+#include "helios/v1/helios.grpc.pb.h"
+#include "server/helios_server.h"
+#include "test_paths.h"
+
+namespace helios {
+namespace {
+
+std::string stories_model() {
+  static const std::string path = [] {
+    const std::string dir = testing::shared_data_dir() + "/models/stories260K/";
+    const std::string out = testing::temp_dir() + "/stories260K.gguf";
+    EXPECT_TRUE(convert_llama2c(dir + "stories260K.bin", dir + "tok512.bin", out).ok());
+    return out;
+  }();
+  return path;
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void start(const std::vector<std::string>& api_keys = {}) {
+    config_.server.listen = "127.0.0.1:0";
+    config_.server.metrics_listen = "";
+    config_.server.api_keys = api_keys;
+    config_.models = {{"stories", stories_model()}};
+    config_.engine.threads = 2;
+    config_.engine.kv_cache_bytes = 8 << 20;
+    config_.engine.max_seqs = 64;
+    config_.engine.max_batched_tokens = 256;
+    auto server = server::HeliosServer::start(config_, metrics_);
+    ASSERT_TRUE(server.ok()) << server.status().to_string();
+    server_ = std::move(*server);
+    auto model = server::load_served_model(config_.models[0], config_.engine, 1, metrics_);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    std::vector<std::unique_ptr<server::ServedModel>> models;
+    models.push_back(std::move(*model));
+    server_->set_models(std::move(models));
+    stub_ = v1::Helios::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                                   grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    if (server_) server_->drain_and_stop(5);
+  }
+
+  // Runs a greedy generation; returns the token ids (and the status through *status).
+  std::vector<int32_t> generate(const std::string& text, int max_tokens, grpc::Status* status,
+                                const std::string& api_key = "") {
+    grpc::ClientContext ctx;
+    if (!api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + api_key);
+    v1::GenerateRequest req;
+    req.set_text(text);
+    req.set_max_tokens(max_tokens);
+    req.set_ignore_eos(true);
+    auto reader = stub_->Generate(&ctx, req);
+    std::vector<int32_t> ids;
+    v1::GenerateResponse resp;
+    while (reader->Read(&resp)) {
+      for (const auto& t : resp.tokens()) ids.push_back(t.token_id());
+    }
+    *status = reader->Finish();
+    return ids;
+  }
+
+  v1::ServerStatus server_status() {
+    grpc::ClientContext ctx;
+    v1::ServerStatus s;
+    EXPECT_TRUE(stub_->GetServerStatus(&ctx, {}, &s).ok());
+    return s;
+  }
+
+  HeliosConfig config_;
+  MetricsRegistry metrics_;
+  std::unique_ptr<server::HeliosServer> server_;
+  std::unique_ptr<v1::Helios::Stub> stub_;
+};
+
+TEST_F(ServerTest, GreedyOutputIsTheSameAloneAndInABatchOf32) {
+  start();
+  const std::vector<std::string> prompts = {"Once upon a time", "The cat", "Lily went to the park",
+                                            "One day, a big dog", "Tom had a red ball"};
+  std::vector<std::vector<int32_t>> alone;
+  for (const auto& p : prompts) {
+    grpc::Status s;
+    alone.push_back(generate(p, 24, &s));
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_EQ(alone.back().size(), 24u);
+  }
+  std::vector<std::vector<int32_t>> batched(32);
+  std::vector<grpc::Status> statuses(32);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 32; ++i) {
+    clients.emplace_back([&, i] { batched[i] = generate(prompts[i % prompts.size()], 24, &statuses[i]); });
+  }
+  for (auto& t : clients) t.join();
+  for (int i = 0; i < 32; ++i) {
+    ASSERT_TRUE(statuses[i].ok()) << statuses[i].error_message();
+    EXPECT_EQ(batched[i], alone[i % prompts.size()]) << "request " << i;
+  }
+  EXPECT_EQ(server_status().kv_blocks_used(), 0) << "every finished request released its blocks";
+}
+
+TEST_F(ServerTest, CancellingAStreamFreesItsBlocks) {
+  start();
+  grpc::ClientContext ctx;
+  v1::GenerateRequest req;
+  req.set_text("Once upon a time");
+  req.set_max_tokens(400);
+  req.set_ignore_eos(true);
+  auto reader = stub_->Generate(&ctx, req);
+  v1::GenerateResponse resp;
+  ASSERT_TRUE(reader->Read(&resp));
+  EXPECT_GT(server_status().kv_blocks_used(), 0);
+  ctx.TryCancel();
+  while (reader->Read(&resp)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  for (int i = 0; i < 100 && server_status().kv_blocks_used() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const v1::ServerStatus st = server_status();
+  EXPECT_EQ(st.kv_blocks_used(), 0) << st.DebugString();
+}
+
+TEST_F(ServerTest, BadParametersAreInvalidArgumentNamingTheField) {
+  start();
+  struct Case {
+    const char* field;
+    std::function<void(v1::GenerateRequest*)> set;
+  };
+  const std::vector<Case> cases = {
+      {"temperature", [](auto* r) { r->mutable_sampling()->set_temperature(-1); }},
+      {"temperature", [](auto* r) { r->mutable_sampling()->set_temperature(NAN); }},
+      {"top_p", [](auto* r) { r->mutable_sampling()->set_top_p(1.5f); }},
+      {"top_k", [](auto* r) { r->mutable_sampling()->set_top_k(-3); }},
+      {"max_tokens", [](auto* r) { r->set_max_tokens(-1); }},
+      {"max_tokens", [](auto* r) { r->set_max_tokens(100000); }},
+      {"stop_token_ids", [](auto* r) { r->add_stop_token_ids(99999); }},
+      {"token_ids", [](auto* r) { r->mutable_token_ids()->add_ids(512); }},
+      {"text", [](auto* r) { r->set_text(""); }},
+  };
+  for (const auto& c : cases) {
+    grpc::ClientContext ctx;
+    v1::GenerateRequest req;
+    req.set_text("hello");
+    c.set(&req);
+    auto reader = stub_->Generate(&ctx, req);
+    v1::GenerateResponse resp;
+    while (reader->Read(&resp)) {
+    }
+    const grpc::Status s = reader->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.field;
+    EXPECT_NE(s.error_message().find(c.field), std::string::npos) << s.error_message();
+  }
+  grpc::ClientContext ctx;
+  v1::GenerateRequest req;
+  req.set_text("hello");
+  req.set_model("no-such-model");
+  auto reader = stub_->Generate(&ctx, req);
+  v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(ServerTest, ApiKeyIsRequiredWhenConfigured) {
+  start({"s3cret"});
+  grpc::Status s;
+  generate("Once", 4, &s);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  generate("Once", 4, &s, "wrong");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(generate("Once", 4, &s, "s3cret").size(), 4u);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+}
+
+}  // namespace
+}  // namespace helios
