@@ -2,6 +2,7 @@
 // metrics endpoint, load the models, serve until SIGTERM/SIGINT, drain, exit 0.
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -30,12 +31,39 @@ constexpr const char* kUsage =
     "  heliosd --config configs/default.yaml\n"
     "  helios status --address localhost:50051\n";
 
+// "%*" in a pattern: the message as the inside of a JSON string.
+class JsonEscapedMessage final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
+    for (char c : std::string_view(msg.payload.data(), msg.payload.size())) {
+      switch (c) {
+        case '"': dest.append(std::string_view("\\\"")); break;
+        case '\\': dest.append(std::string_view("\\\\")); break;
+        case '\n': dest.append(std::string_view("\\n")); break;
+        case '\t': dest.append(std::string_view("\\t")); break;
+        default:
+          if (static_cast<unsigned char>(c) < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\u%04x", c);
+            dest.append(std::string_view(buf));
+          } else {
+            dest.push_back(c);
+          }
+      }
+    }
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<JsonEscapedMessage>(); }
+};
+
 void setup_logging(const helios::LoggingConfig& logging) {
   auto logger = spdlog::stderr_color_mt("heliosd");
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::from_str(logging.level));
   if (logging.format == helios::LogFormat::kJson) {
-    spdlog::set_pattern(R"({"time":"%Y-%m-%dT%H:%M:%S.%e%z","level":"%l","message":"%v"})");
+    auto formatter = std::make_unique<spdlog::pattern_formatter>();
+    formatter->add_flag<JsonEscapedMessage>('*').set_pattern(
+        R"({"time":"%Y-%m-%dT%H:%M:%S.%e%z","level":"%l","message":"%*"})");
+    spdlog::set_formatter(std::move(formatter));
   } else {
     spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
   }
