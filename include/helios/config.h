@@ -36,7 +36,7 @@ struct EngineConfig {
   int32_t block_size = 16;                 // tokens per KV block
   int32_t max_batched_tokens = 512;        // tokens (prefill chunks + decodes) per step
   int32_t max_seqs = 64;                   // sequences per step
-  int32_t queue_limit = 256;               // waiting requests; more get RESOURCE_EXHAUSTED
+  int32_t queue_limit = 256;               // requests in the server (queued or running); more get RESOURCE_EXHAUSTED
   PreemptionMode preemption = PreemptionMode::kRecompute;
   int64_t swap_space_bytes = 1LL << 30;    // host memory for swapped-out KV blocks (swap mode)
 };
