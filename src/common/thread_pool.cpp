@@ -53,7 +53,12 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   }
   if (n_sleeping_ > 0) wake_cv_.notify_all();
   run_chunk(fn, n, 0, n_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) HELIOS_CPU_RELAX();
+  // Spin briefly for the workers, then yield the core: when the machine is oversubscribed the
+  // worker we wait for may need this very core to finish.
+  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins < 2000) HELIOS_CPU_RELAX();
+    else std::this_thread::yield();
+  }
   job_ = nullptr;
 }
 
@@ -64,8 +69,9 @@ void ThreadPool::worker(int index) {
     const auto spin_until = std::chrono::steady_clock::now() + kSpinTime;
     int spins = 0;
     while (generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_relaxed)) {
-      HELIOS_CPU_RELAX();
-      if (++spins % 1024 == 0 && std::chrono::steady_clock::now() > spin_until) {
+      if (++spins < 2000) HELIOS_CPU_RELAX();
+      else std::this_thread::yield();
+      if (spins % 256 == 0 && std::chrono::steady_clock::now() > spin_until) {
         std::unique_lock<std::mutex> lock(mu_);
         ++n_sleeping_;
         wake_cv_.wait(lock, [&] { return stop_ || generation_.load(std::memory_order_acquire) != seen; });

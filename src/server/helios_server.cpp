@@ -16,6 +16,7 @@
 
 #include "helios/v1/helios.grpc.pb.h"
 #include "server/request_convert.h"
+#include "tokenizer/unicode.h"
 
 namespace helios::server {
 namespace {
@@ -279,7 +280,9 @@ grpc::Status Service::Tokenize(ServerContext* ctx, const v1::TokenizeRequest* re
   const Tokenizer& tok = m->model->tokenizer();
   for (TokenId id : tok.encode(req->text(), req->add_special(), req->parse_special())) {
     resp->add_token_ids(id);
-    resp->add_pieces(tok.token_to_piece(id, true));
+    // A piece can be part of a UTF-8 character (byte tokens, byte-level BPE); proto3 strings must
+    // be valid UTF-8 or clients fail to parse the whole response, so the broken bytes become U+FFFD.
+    resp->add_pieces(unicode::sanitize_utf8(tok.token_to_piece(id, true)));
   }
   return grpc::Status::OK;
 }
@@ -296,7 +299,7 @@ grpc::Status Service::Detokenize(ServerContext* ctx, const v1::DetokenizeRequest
                                                 " is outside the vocabulary"};
     }
   }
-  resp->set_text(m->model->tokenizer().decode(ids));
+  resp->set_text(unicode::sanitize_utf8(m->model->tokenizer().decode(ids)));  // ids may split a character
   return grpc::Status::OK;
 }
 
