@@ -320,12 +320,13 @@ class ApiTest(ServerTestCase):
     def models(cls):
         return [("stories", STORIES), ("smollm2", SMOLLM2)]
 
-    def solo(self, prompt, max_tokens, model="stories"):
+    def solo(self, prompt, max_tokens, model="stories", text=False):
+        """The greedy output of `prompt` run alone (token ids, or its text)."""
         key = (prompt, max_tokens, model)
         if key not in self.solo_cache:
-            r = generate(self.stub, text=prompt, max_tokens=max_tokens, ignore_eos=True, model=model)
-            self.solo_cache[key] = r.ids
-        return self.solo_cache[key]
+            self.solo_cache[key] = generate(self.stub, text=prompt, max_tokens=max_tokens, ignore_eos=True,
+                                            model=model)
+        return self.solo_cache[key].text if text else self.solo_cache[key].ids
 
     # --- health, reflection, discovery
 
@@ -494,6 +495,7 @@ class ApiTest(ServerTestCase):
             self.assertIsInstance(r, Result, f"{p}: {r}")
             self.assertEqual(r.final.finish_reason, pb.FINISH_REASON_LENGTH)
             self.assertEqual(r.ids, ref, f"'{p}' differs when batched")
+            self.assertEqual(r.text, self.solo(p, 32, text=True), f"'{p}' text differs when batched")
         # They really ran together: some steps had more than one sequence.
         steps = metric_value(after, "helios_batch_size_sequences_count") - \
             metric_value(before, "helios_batch_size_sequences_count")
@@ -668,6 +670,7 @@ class OverloadTest(ServerTestCase):
 class PreemptionRecomputeTest(ServerTestCase):
     CONFIG = {"engine": {"kv_cache": 12 * STORIES_BLOCK_BYTES, "block_size": 16, "preemption": "recompute",
                          "swap_space": "1MiB"}}
+    SWAPS = False
 
     def test_preempted_outputs_match_unpreempted(self):
         info = self.stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=10)
@@ -676,12 +679,30 @@ class PreemptionRecomputeTest(ServerTestCase):
         solo = [generate(self.stub, text=p, max_tokens=80, ignore_eos=True).ids for p in prompts]
         before = self.server.status().preemptions
         self.assertEqual(before, 0, "solo runs fit the cache and must not be preempted")
-        results = run_concurrently([lambda p=p: generate(self.stub, text=p, max_tokens=80, ignore_eos=True)
-                                    for p in prompts])
+        # Watch GetServerStatus while they run: swap mode must really swap, recompute never.
+        max_swapped, done = [0], threading.Event()
+
+        def watch():
+            while not done.is_set():
+                max_swapped[0] = max(max_swapped[0], self.server.status().requests_swapped)
+                time.sleep(0.005)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            results = run_concurrently([lambda p=p: generate(self.stub, text=p, max_tokens=80, ignore_eos=True)
+                                        for p in prompts])
+        finally:
+            done.set()
+            watcher.join(timeout=10)
         for p, ref, r in zip(prompts, solo, results):
             self.assertIsInstance(r, Result, f"{p}: {r}")
             self.assertEqual(r.final.finish_reason, pb.FINISH_REASON_LENGTH)
             self.assertEqual(r.ids, ref, f"'{p}' differs after preemption")
+        if self.SWAPS:
+            self.assertGreater(max_swapped[0], 0, "preemption: swap never swapped a sequence out")
+        else:
+            self.assertEqual(max_swapped[0], 0, "preemption: recompute swapped")
         self.assertGreater(self.server.status().preemptions, 0, "the tiny cache should have forced preemption")
         _, _, text = self.server.metrics()
         self.assertGreater(metric_value(text, "helios_preemptions_total"), 0)
@@ -690,6 +711,7 @@ class PreemptionRecomputeTest(ServerTestCase):
 
 class PreemptionSwapTest(PreemptionRecomputeTest):
     CONFIG = merge(PreemptionRecomputeTest.CONFIG, {"engine": {"preemption": "swap"}})
+    SWAPS = True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -819,7 +841,7 @@ class DrainTest(unittest.TestCase):
     def test_sigterm_lets_streams_finish_and_exits_0(self):
         server = self.start(drain_timeout_s=60)
         call = server.stub.Generate(pb.GenerateRequest(text="Tell me a story about a dragon.", chat=True,
-                                                       max_tokens=64, ignore_eos=True), timeout=RPC_TIMEOUT_S)
+                                                       max_tokens=80, ignore_eos=True), timeout=RPC_TIMEOUT_S)
         messages = [next(call)]
         server.signal(signal.SIGTERM)
         self.assertEqual(self.wait_not_serving(server), health_pb2.HealthCheckResponse.NOT_SERVING,
@@ -831,7 +853,7 @@ class DrainTest(unittest.TestCase):
         messages += list(call)
         final = messages[-1]
         self.assertEqual(final.finish_reason, pb.FINISH_REASON_LENGTH)
-        self.assertEqual(sum(len(m.tokens) for m in messages), 64)
+        self.assertEqual(sum(len(m.tokens) for m in messages), 80)
         self.assertEqual(server.wait_exit(), 0, server.log_text())
         self.assertIn("draining", server.log_text())
 
@@ -846,7 +868,9 @@ class DrainTest(unittest.TestCase):
             for _ in call:
                 pass
         self.assertEqual(cm.exception.code(), grpc.StatusCode.UNAVAILABLE, cm.exception.details())
+        self.assertIn("shut down", cm.exception.details())
         self.assertEqual(server.wait_exit(), 0, server.log_text())
+        self.assertIn("drain timeout", server.log_text())
         self.assertLess(time.monotonic() - t0, 15, "drain_timeout_s 0.3 should end the server quickly")
 
     def test_sigterm_idle_exits_0(self):
