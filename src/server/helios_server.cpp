@@ -13,6 +13,7 @@
 #include <shared_mutex>
 #include <sstream>
 #include <thread>
+#include <unordered_set>
 
 #include "helios/v1/helios.grpc.pb.h"
 #include "server/request_convert.h"
@@ -183,6 +184,17 @@ class ServerImpl final : public HeliosServer {
     return n;
   }
   std::string next_request_id() { return "req-" + std::to_string(++request_counter_); }
+
+  // Request ids are unique across the server's models while the request lives (Abort finds it by
+  // id alone). False when the id is taken.
+  bool claim_request_id(const std::string& id) {
+    std::lock_guard<std::mutex> lock(ids_mu_);
+    return live_ids_.insert(id).second;
+  }
+  void release_request_id(const std::string& id) {
+    std::lock_guard<std::mutex> lock(ids_mu_);
+    live_ids_.erase(id);
+  }
   const HeliosConfig& config() const { return config_; }
   double uptime() const { return std::chrono::duration<double>(Clock::now() - started_).count(); }
   void count_error() { rpc_errors_->inc(); }
@@ -206,6 +218,25 @@ class ServerImpl final : public HeliosServer {
   ServerState state_ = ServerState::kLoading;
   std::vector<std::unique_ptr<ServedModel>> models_;
   std::atomic<uint64_t> request_counter_{0};
+  std::mutex ids_mu_;
+  std::unordered_set<std::string> live_ids_;
+};
+
+// Holds a request id for the life of one Generate call.
+class RequestIdClaim {
+ public:
+  RequestIdClaim(ServerImpl& server, std::string id) : server_(server), id_(std::move(id)) {
+    claimed_ = server_.claim_request_id(id_);
+  }
+  ~RequestIdClaim() {
+    if (claimed_) server_.release_request_id(id_);
+  }
+  bool claimed() const { return claimed_; }
+
+ private:
+  ServerImpl& server_;
+  std::string id_;
+  bool claimed_ = false;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -226,6 +257,8 @@ grpc::Status Service::Generate(ServerContext* ctx, const v1::GenerateRequest* re
   auto request = to_generation_request(*req, *m->model, limits);
   if (!request.ok()) return to_grpc(request.status());
   const std::string id = req->request_id().empty() ? server_.next_request_id() : req->request_id();
+  const RequestIdClaim claim(server_, id);
+  if (!claim.claimed()) return {StatusCode::ALREADY_EXISTS, "request id '" + id + "' is already in use"};
   request->client_id = id;
   auto stream = m->engine->submit(std::move(*request));
   if (!stream.ok()) {

@@ -25,11 +25,12 @@ std::string stories_model() {
 
 class ServerTest : public ::testing::Test {
  protected:
-  void start(const std::vector<std::string>& api_keys = {}) {
+  void start(const std::vector<std::string>& api_keys = {}, int n_models = 1) {
     config_.server.listen = "127.0.0.1:0";
     config_.server.metrics_listen = "";
     config_.server.api_keys = api_keys;
     config_.models = {{"stories", stories_model()}};
+    if (n_models == 2) config_.models.push_back({"stories-2", stories_model()});
     config_.engine.threads = 2;
     config_.engine.kv_cache_bytes = 8 << 20;
     config_.engine.max_seqs = 64;
@@ -37,10 +38,12 @@ class ServerTest : public ::testing::Test {
     auto server = server::HeliosServer::start(config_, metrics_);
     ASSERT_TRUE(server.ok()) << server.status().to_string();
     server_ = std::move(*server);
-    auto model = server::load_served_model(config_.models[0], config_.engine, 1, metrics_);
-    ASSERT_TRUE(model.ok()) << model.status().to_string();
     std::vector<std::unique_ptr<server::ServedModel>> models;
-    models.push_back(std::move(*model));
+    for (const auto& entry : config_.models) {
+      auto model = server::load_served_model(entry, config_.engine, config_.models.size(), metrics_);
+      ASSERT_TRUE(model.ok()) << model.status().to_string();
+      models.push_back(std::move(*model));
+    }
     server_->set_models(std::move(models));
     stub_ = v1::Helios::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
                                                    grpc::InsecureChannelCredentials()));
@@ -178,6 +181,32 @@ TEST_F(ServerTest, ApiKeyIsRequiredWhenConfigured) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(generate("Once", 4, &s, "s3cret").size(), 4u);
   EXPECT_TRUE(s.ok()) << s.error_message();
+}
+
+TEST_F(ServerTest, RequestIdsAreUniqueAcrossModels) {
+  start({}, 2);
+  grpc::ClientContext first_ctx;
+  v1::GenerateRequest first;
+  first.set_request_id("same-id");
+  first.set_model("stories");
+  first.set_text("Once upon a time");
+  first.set_max_tokens(400);
+  first.set_ignore_eos(true);
+  auto reader = stub_->Generate(&first_ctx, first);
+  v1::GenerateResponse resp;
+  ASSERT_TRUE(reader->Read(&resp));  // the first request is live
+
+  grpc::ClientContext second_ctx;
+  v1::GenerateRequest second = first;
+  second.set_model("stories-2");
+  auto second_reader = stub_->Generate(&second_ctx, second);
+  while (second_reader->Read(&resp)) {
+  }
+  EXPECT_EQ(second_reader->Finish().error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  first_ctx.TryCancel();
+  while (reader->Read(&resp)) {
+  }
+  reader->Finish();
 }
 
 }  // namespace
