@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config git unzip ca-certificates
+  build-essential cmake pkg-config git unzip ca-certificates openssl
   libopenblas-dev libicu-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev
   libspdlog-dev libyaml-cpp-dev

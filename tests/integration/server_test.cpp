@@ -3,6 +3,9 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "helios/model_tools.h"
@@ -25,12 +28,17 @@ std::string stories_model() {
 
 class ServerTest : public ::testing::Test {
  protected:
-  void start(const std::vector<std::string>& api_keys = {}, int n_models = 1) {
+  void start(const std::vector<std::string>& api_keys = {}, int n_models = 1,
+             const std::string& tls_dir = "") {
     config_.server.listen = "127.0.0.1:0";
     config_.server.metrics_listen = "";
     config_.server.api_keys = api_keys;
     config_.models = {{"stories", stories_model()}};
     if (n_models == 2) config_.models.push_back({"stories-2", stories_model()});
+    if (!tls_dir.empty()) {
+      config_.server.tls_cert_path = tls_dir + "/cert.pem";
+      config_.server.tls_key_path = tls_dir + "/key.pem";
+    }
     config_.engine.threads = 2;
     config_.engine.kv_cache_bytes = 8 << 20;
     config_.engine.max_seqs = 64;
@@ -47,6 +55,7 @@ class ServerTest : public ::testing::Test {
     server_->set_models(std::move(models));
     stub_ = v1::Helios::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
                                                    grpc::InsecureChannelCredentials()));
+    address_ = "127.0.0.1:" + std::to_string(server_->port());
   }
   void TearDown() override {
     if (server_) server_->drain_and_stop(5);
@@ -79,6 +88,7 @@ class ServerTest : public ::testing::Test {
   }
 
   HeliosConfig config_;
+  std::string address_;
   MetricsRegistry metrics_;
   std::unique_ptr<server::HeliosServer> server_;
   std::unique_ptr<v1::Helios::Stub> stub_;
@@ -181,6 +191,35 @@ TEST_F(ServerTest, ApiKeyIsRequiredWhenConfigured) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(generate("Once", 4, &s, "s3cret").size(), 4u);
   EXPECT_TRUE(s.ok()) << s.error_message();
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST_F(ServerTest, ServesOverTlsWithTheConfiguredCertificate) {
+  const std::string dir = testing::temp_dir() + "/tls";
+  std::filesystem::create_directories(dir);
+  const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
+                          "-addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout " + dir +
+                          "/key.pem -out " + dir + "/cert.pem > /dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "openssl could not make a test certificate";
+  start({}, 1, dir);
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = read_text(dir + "/cert.pem");
+  auto secure = v1::Helios::NewStub(grpc::CreateChannel(address_, grpc::SslCredentials(ssl)));
+  grpc::ClientContext ctx;
+  v1::ListModelsResponse models;
+  const grpc::Status s = secure->ListModels(&ctx, {}, &models);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(models.models_size(), 1);
+  // A plaintext client cannot talk to it.
+  grpc::ClientContext plain_ctx;
+  plain_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  EXPECT_FALSE(stub_->ListModels(&plain_ctx, {}, &models).ok());
 }
 
 TEST_F(ServerTest, RequestIdsAreUniqueAcrossModels) {
