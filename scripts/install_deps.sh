@@ -9,7 +9,7 @@ packages=(
   libgtest-dev libgmock-dev
   libspdlog-dev libyaml-cpp-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  python3 python3-pip python3-grpcio python3-grpc-tools
+  python3 python3-pip python3-grpcio python3-grpc-tools python3-matplotlib
 )
 
 missing=()

@@ -4,9 +4,39 @@
 #include <cstring>
 #include <vector>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 #include "kernels/kernels.h"
 
 namespace helios::kernels {
+namespace {
+
+// q·k over n values in 8 lanes of fused multiply-adds, the lanes summed in a fixed tree; the
+// plain loop below and the AVX2 code give the same bits.
+inline float dot_lanes(const float* a, const float* b, int32_t n) {
+  int32_t i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  __m256 acc = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  __m128 x = _mm_add_ps(_mm256_extractf128_ps(acc, 1), _mm256_castps256_ps128(acc));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_movehdup_ps(x));
+  float sum = _mm_cvtss_f32(x);
+#else
+  float lanes[8] = {};
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) lanes[l] = std::fma(a[i + l], b[i + l], lanes[l]);
+  const float a0 = lanes[0] + lanes[4], a1 = lanes[1] + lanes[5], a2 = lanes[2] + lanes[6],
+              a3 = lanes[3] + lanes[7];
+  float sum = (a0 + a2) + (a1 + a3);
+#endif
+  for (; i < n; ++i) sum = std::fma(a[i], b[i], sum);
+  return sum;
+}
+
+}  // namespace
 
 void ref_kv_write(const float* k, const float* v, const int32_t* slots, int32_t n_tokens,
                   const PagedKV& cache) {
@@ -37,9 +67,7 @@ void ref_paged_attention(const float* q, const PagedKV& cache, const AttentionPl
       const int64_t slot = static_cast<int64_t>(table[p / cache.block_size]) * cache.block_size +
                            p % cache.block_size;
       const float* kp = cache.k + slot * kv_row + kvh * hd;
-      float dot = 0;
-      for (int32_t i = 0; i < hd; ++i) dot += qh[i] * kp[i];
-      scores[p] = dot * scale;
+      scores[p] = dot_lanes(qh, kp, hd) * scale;
       max_score = std::max(max_score, scores[p]);
     }
     float sum = 0;

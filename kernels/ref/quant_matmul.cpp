@@ -167,24 +167,44 @@ float dot_q4_1(const BlockQ4_1* w, const BlockQ8_1* x, int nb) {
 }
 
 #if defined(__AVX2__) && defined(__FMA__)
-// Four Q4_1 weight rows against one activation row: the same per-output arithmetic as dot_q4_1
-// (so the results are bit-identical), with each activation block loaded once for the four.
-void dot4_q4_1(const BlockQ4_1* const w[4], const BlockQ8_1* x, int nb, float out[4]) {
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-  float sum_min[4] = {0, 0, 0, 0};
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int b = 0; b < nb; ++b) {
-    const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
-    const float xd = fp16_to_fp32(x[b].d), xs = fp16_to_fp32(x[b].s);
+// Four Q4_1 weight rows against R (1 or 2) activation rows, a register tile: each weight block is
+// unpacked once for the R rows and each activation block loaded once for the four weight rows.
+// Every output is computed with the same arithmetic, in the same order, as dot_q4_1, so the
+// results are bit-identical to it (and so independent of the batch).
+template <int R>
+void dot4_q4_1(const BlockQ4_1* const w[4], const BlockQ8_1* const x[R], int nb, float out[R][4]) {
+  __m256 acc[R][4];
+  float sum_min[R][4];
+  for (int r = 0; r < R; ++r) {
     for (int k = 0; k < 4; ++k) {
-      const BlockQ4_1& wb = w[k][b];
-      sum_min[k] += fp16_to_fp32(wb.m) * xs;
-      const __m256 scale = _mm256_set1_ps(fp16_to_fp32(wb.d) * xd);
-      const __m256i pairs = _mm256_maddubs_epi16(nibbles_avx2(wb.qs), qx);
-      acc[k] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones)), acc[k]);
+      acc[r][k] = _mm256_setzero_ps();
+      sum_min[r][k] = 0;
     }
   }
-  for (int k = 0; k < 4; ++k) out[k] = sum_lanes_avx2(acc[k]) + sum_min[k];
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int b = 0; b < nb; ++b) {
+    __m256i qx[R];
+    float xd[R], xs[R];
+    for (int r = 0; r < R; ++r) {
+      qx[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][b].qs));
+      xd[r] = fp16_to_fp32(x[r][b].d);
+      xs[r] = fp16_to_fp32(x[r][b].s);
+    }
+    for (int k = 0; k < 4; ++k) {
+      const BlockQ4_1& wb = w[k][b];
+      const float wd = fp16_to_fp32(wb.d), wm = fp16_to_fp32(wb.m);
+      const __m256i qw = nibbles_avx2(wb.qs);
+      for (int r = 0; r < R; ++r) {
+        sum_min[r][k] += wm * xs[r];
+        const __m256 scale = _mm256_set1_ps(wd * xd[r]);
+        const __m256i pairs = _mm256_maddubs_epi16(qw, qx[r]);
+        acc[r][k] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones)), acc[r][k]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int k = 0; k < 4; ++k) out[r][k] = sum_lanes_avx2(acc[r][k]) + sum_min[r][k];
+  }
 }
 #endif
 
@@ -241,10 +261,20 @@ void ref_matmul_quantized(uint32_t weight_type, const void* w, const void* xq, i
     for (; o + 4 <= out_end; o += 4) {
       const BlockQ4_1* rows[4];
       for (int k = 0; k < 4; ++k) rows[k] = reinterpret_cast<const BlockQ4_1*>(wb + (o + k) * w_row);
-      for (int32_t r = 0; r < n_rows; ++r) {
-        float v[4];
-        dot4_q4_1(rows, reinterpret_cast<const BlockQ8_1*>(xb + r * x_row), nb, v);
-        for (int k = 0; k < 4; ++k) y[static_cast<int64_t>(r) * n_out + o + k] = v[k];
+      int32_t r = 0;
+      for (; r + 2 <= n_rows; r += 2) {
+        const BlockQ8_1* xs[2] = {reinterpret_cast<const BlockQ8_1*>(xb + r * x_row),
+                                  reinterpret_cast<const BlockQ8_1*>(xb + (r + 1) * x_row)};
+        float v[2][4];
+        dot4_q4_1<2>(rows, xs, nb, v);
+        for (int i = 0; i < 2; ++i)
+          for (int k = 0; k < 4; ++k) y[static_cast<int64_t>(r + i) * n_out + o + k] = v[i][k];
+      }
+      for (; r < n_rows; ++r) {
+        const BlockQ8_1* xs[1] = {reinterpret_cast<const BlockQ8_1*>(xb + r * x_row)};
+        float v[1][4];
+        dot4_q4_1<1>(rows, xs, nb, v);
+        for (int k = 0; k < 4; ++k) y[static_cast<int64_t>(r) * n_out + o + k] = v[0][k];
       }
     }
   }
