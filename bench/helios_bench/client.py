@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import hashlib
 import os
 import shutil

@@ -120,7 +120,7 @@ def _read_json_records(path: str, notes: RequestList) -> list[Any]:
             except ValueError:
                 raise ValueError(f"{path}: not valid JSON ({e})") from None
             notes.note(
-                f"{path}: the JSON array is cut off ({e.msg} at char {e.pos}); "
+                f"{path}: the JSON array is cut off ({e.msg}, char {e.pos}); "
                 f"using its {len(data)} complete records",
                 logging.WARNING,
             )
