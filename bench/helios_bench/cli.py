@@ -100,7 +100,7 @@ def parse_args(argv=None):
     g.add_argument("--api-key", default=os.environ.get("HELIOS_API_KEY", ""),
                    help="sent as 'authorization: Bearer KEY' (default: $HELIOS_API_KEY)")
     g.add_argument("--keep-server-logs", action="store_true",
-                   help="copy the log of each heliosd started here into the result dir")
+                   help="copy the log of each heliosd started here to RESULT_DIR/NAME_heliosd-LABEL.log")
 
     g = p.add_argument_group("workload")
     g.add_argument("--dataset", choices=DATASETS, default="sharegpt",
@@ -316,7 +316,7 @@ def main(argv=None) -> int:
             chat=args.chat, request_timeout_s=args.request_timeout, sample_interval_ms=args.sample_interval_ms,
             percentiles=args.percentile_list, slo=args.slo, warmup=args.warmup, heliosd=args.heliosd,
             metadata=metadata, show_progress=not args.no_progress, log=log,
-            server_log_dir=args.result_dir if args.keep_server_logs else None)
+            server_log_prefix=prefix if args.keep_server_logs else None)
     except KeyboardInterrupt:
         log("interrupted")
         return 130

@@ -304,6 +304,9 @@ def markdown(report: dict, png_files: list[str] | None = None) -> str:
                 "; < 1 is better for the latencies.", ""]
     for r in runs:
         out += [f"## Run `{r['label']}`", ""] + run_table(r) + [""]
+        la = r.get("load_average")
+        if la:
+            out += [f"Machine load average (1/5/15 min) at the run's start {la['start']}, end {la['end']}.", ""]
         hist = r.get("exit_layer_histogram") or {}
         if hist:
             total = sum(hist.values())

@@ -264,7 +264,7 @@ def execute(targets: list[Target], load_requests, rates: list[float | None], *, 
             model: str = "", sampling: SamplingOptions | None = None, chat: bool = False,
             request_timeout_s: float | None = None, sample_interval_ms: float = 250.0,
             percentiles=(50, 90, 99), slo: Slo | None = None, warmup: int = 1, heliosd: str | None = None,
-            metadata=None, show_progress: bool = True, log=print, server_log_dir: str | None = None):
+            metadata=None, show_progress: bool = True, log=print, server_log_prefix: str | None = None):
     """Runs every rate on every target, each on the same requests (sampled once, with the first
     target's tokenizer, by load_requests(sync_client) → list[BenchRequest]). Returns
     (requests, runs, targets_info)."""
@@ -308,8 +308,9 @@ def execute(targets: list[Target], load_requests, rates: list[float | None], *, 
             sync.close()
         finally:
             keep = None
-            if server_log_dir and server.managed:
-                keep = os.path.join(server_log_dir, f"heliosd-{target.label}.log")
+            if server_log_prefix and server.managed:
+                keep = f"{server_log_prefix}_heliosd-{target.label}.log"
+                info["log"] = keep
             code = server.stop(keep_log_to=keep)
             if server.managed:
                 info["exit_code"] = code
@@ -340,13 +341,22 @@ def _one_run(address, model, sampling, chat, request_timeout_s, metadata, reques
         finally:
             await client.close()
 
+    load_start = _loadavg()
     outcome, samples = asyncio.run(go())
     rec = run_record(label, target_label, spec, outcome, samples, requests, percentiles, slo)
+    rec["load_average"] = {"start": load_start, "end": _loadavg()}   # other work on the machine skews runs
     s = rec["summary"]
     log(f"[{label}] {s['completed']} completed, {s['failed']} failed, {s['not_sent']} not sent in "
         f"{s['duration_s']:.1f} s: {s['request_throughput']:.2f} req/s, {s['output_throughput']:.1f} out tok/s, "
         f"median TTFT {s['median_ttft_ms']:.0f} ms, median TPOT {s['median_tpot_ms']:.1f} ms")
     return rec
+
+
+def _loadavg():
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
 def requests_as_dicts(requests) -> list[dict]:
