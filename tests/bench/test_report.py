@@ -178,8 +178,8 @@ class ReportTest(unittest.TestCase):
         self.assertIn("asked for", problems)
         self.assertIn("no server samples", problems)
 
-    @unittest.skipUnless(plots.available(), "matplotlib missing (apt-get install python3-matplotlib)")
     def test_plots(self):
+        self.assertTrue(plots.available(), "matplotlib missing: run scripts/install_deps.sh (python3-matplotlib)")
         rep = fake_report(targets=("a", "b"))
         with tempfile.TemporaryDirectory() as d:
             files = plots.make_plots(rep, os.path.join(d, "r"))

@@ -9,8 +9,8 @@ SRC=$(cd "$2" && pwd) || exit 1
 shift 2
 PY=/usr/bin/python3
 if ! "$PY" -c 'import grpc, grpc_tools.protoc' 2> /dev/null; then
-  echo "heliosd e2e skipped: $PY lacks grpc / grpc_tools (apt-get install python3-grpcio python3-grpc-tools)"
-  exit 77
+  echo "heliosd e2e: $PY lacks grpc / grpc_tools; run scripts/install_deps.sh (python3-grpcio, python3-grpc-tools)"
+  exit 1
 fi
 export HELIOS_BINARY_DIR="$BIN" HELIOS_SOURCE_DIR="$SRC"
 export HELIOS_SHARED_DATA_DIR="${HELIOS_SHARED_DATA_DIR:-$SRC/../shared/data}"

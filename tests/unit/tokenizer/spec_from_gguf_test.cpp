@@ -221,7 +221,7 @@ class SmolLM2Tokenizer : public ::testing::Test {
  protected:
   void SetUp() override {
     const std::string path = helios::testing::default_model_path();
-    if (!std::filesystem::exists(path)) GTEST_SKIP() << "no model at " << path;
+    ASSERT_TRUE(std::filesystem::exists(path)) << "no model at " << path << ": run scripts/fetch_model.sh";
     auto file = GgufFile::open(path);
     ASSERT_TRUE(file.ok()) << file.status().to_string();
     auto spec = tokenizer_spec_from_gguf(**file);
