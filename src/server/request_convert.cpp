@@ -1,5 +1,6 @@
 #include "server/request_convert.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace helios::server {
@@ -123,6 +124,10 @@ StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& req
   if (n_prompt > limits.limits.max_prompt_tokens) {
     return field_error("text", "has " + std::to_string(n_prompt) + " tokens, above the server's limit of " +
                                    std::to_string(limits.limits.max_prompt_tokens));
+  }
+  // Without a max_tokens of its own, a request gets the default or what the context leaves.
+  if (request.max_tokens() == 0 && n_prompt < limits.context_tokens) {
+    out.max_tokens = std::min(out.max_tokens, limits.context_tokens - n_prompt);
   }
   if (n_prompt + out.max_tokens > limits.context_tokens) {
     return field_error("max_tokens", "(" + std::to_string(out.max_tokens) + ") + the prompt (" +

@@ -182,6 +182,22 @@ TEST_F(ServerTest, BadParametersAreInvalidArgumentNamingTheField) {
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
+TEST_F(ServerTest, DefaultMaxTokensShrinksToTheContextLeft) {
+  start();  // stories260K: a 512-token context; the default max_tokens is 256
+  grpc::ClientContext ctx;
+  v1::GenerateRequest req;
+  v1::TokenIds* ids = req.mutable_token_ids();
+  for (int i = 0; i < 500; ++i) ids->add_ids(1 + i % 400);
+  req.set_ignore_eos(true);
+  auto reader = stub_->Generate(&ctx, req);
+  v1::GenerateResponse resp, last;
+  while (reader->Read(&resp)) last = resp;
+  const grpc::Status s = reader->Finish();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(last.usage().completion_tokens(), 12);
+  EXPECT_EQ(last.finish_reason(), v1::FINISH_REASON_LENGTH);
+}
+
 TEST_F(ServerTest, ApiKeyIsRequiredWhenConfigured) {
   start({"s3cret"});
   grpc::Status s;
