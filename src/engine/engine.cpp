@@ -307,11 +307,18 @@ void Engine::Impl::end_request(RequestId id, GenerationUpdate final_update) {
     }
     metrics->e2e->observe(final_update.total_seconds);
   }
-  r.stream->push(std::move(final_update));
   {
+    // Published before the client hears of the end, so a status read after it shows this request
+    // counted and its blocks free.
     std::lock_guard<std::mutex> lock(mu);
     client_ids.erase(r.request.client_id);
+    snapshot.generated_tokens_total = generated_total;
+    snapshot.kv_blocks_used = kv_manager.n_used_blocks();
+    snapshot.running = static_cast<int32_t>(scheduler.n_running());
+    snapshot.waiting = static_cast<int32_t>(scheduler.n_waiting());
+    snapshot.swapped = static_cast<int32_t>(scheduler.n_swapped());
   }
+  r.stream->push(std::move(final_update));
   id_of_client.erase(r.request.client_id);
   live.erase(it);
 }

@@ -116,7 +116,9 @@ TEST_F(ServerTest, GreedyOutputIsTheSameAloneAndInABatchOf32) {
     ASSERT_TRUE(statuses[i].ok()) << statuses[i].error_message();
     EXPECT_EQ(batched[i], alone[i % prompts.size()]) << "request " << i;
   }
-  EXPECT_EQ(server_status().kv_blocks_used(), 0) << "every finished request released its blocks";
+  const v1::ServerStatus status = server_status();
+  EXPECT_EQ(status.kv_blocks_used(), 0) << "every finished request released its blocks";
+  EXPECT_EQ(status.generated_tokens_total(), (5 + 32) * 24) << "counted before the final messages";
 }
 
 TEST_F(ServerTest, CancellingAStreamFreesItsBlocks) {
