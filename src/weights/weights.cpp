@@ -29,15 +29,20 @@ StatusOr<const GgufTensorInfo*> find_checked(const GgufFile& file, const std::st
 }
 
 StatusOr<Buffer> upload(Backend& backend, const std::string& name, const void* data, size_t n_bytes) {
-  Buffer buf(&backend, (n_bytes + sizeof(float) - 1) / sizeof(float));
+  const size_t n_floats = (n_bytes + sizeof(float) - 1) / sizeof(float);
+  Buffer buf(&backend, n_floats);
   if (buf.empty()) {
     return resource_exhausted("out of " + backend.name() + " memory loading '" + name + "' (" +
                               std::to_string(n_bytes) + " bytes)");
   }
-  // upload() copies whole floats: stage odd sizes through a padded copy.
-  std::vector<float> staged(buf.size(), 0.0f);
-  std::memcpy(staged.data(), data, n_bytes);
-  backend.upload(buf.data(), staged.data(), staged.size());
+  // upload() copies whole floats: the bytes go as they are, and a ragged tail through a padded float.
+  const size_t n_whole = n_bytes / sizeof(float);
+  backend.upload(buf.data(), static_cast<const float*>(data), n_whole);
+  if (n_whole < n_floats) {
+    float tail = 0.0f;
+    std::memcpy(&tail, static_cast<const uint8_t*>(data) + n_whole * sizeof(float), n_bytes - n_whole * sizeof(float));
+    backend.upload(buf.data() + n_whole, &tail, 1);
+  }
   return buf;
 }
 
