@@ -66,7 +66,10 @@ struct Engine::Impl {
   void step();
   void copy_swaps(const SchedulerOutput& out);
   void end_request(RequestId id, GenerationUpdate final_update);
-  void publish_status(const SchedulerOutput& out, double step_seconds);
+  // Queue lengths, KV use and counters: after every step, abort and finished request.
+  void publish_queues();
+  // A step's batch and rate, then publish_queues().
+  void publish_step(const SchedulerOutput& out, double step_seconds);
 
   Model& model;
   EngineOptions options;
@@ -95,6 +98,7 @@ struct Engine::Impl {
   std::thread thread;
   double steps_per_second = 0;
   int64_t generated_total = 0;
+  std::vector<float> sample_logits;  // [n_vocab] one row's logits, for the sampler to rewrite
 };
 
 Engine::Engine(Model& model) : model_(model) {}
@@ -190,7 +194,7 @@ void Engine::Impl::run() {
     if (scheduler.has_work()) {
       step();
     } else {
-      publish_status(SchedulerOutput{}, 0.0);  // idle: queues and KV use after aborts
+      publish_queues();  // idle: queues and KV use after aborts
     }
   }
   // Shutdown: every live request ends with an explicit reason.
@@ -267,8 +271,8 @@ void Engine::Impl::step() {
     const RequestId id = out.seqs[fr.row_seq[row]].id;
     LiveRequest& r = *live[id];
     const float* raw = fr.row(row);
-    std::vector<float> logits(raw, raw + fr.n_vocab);  // the sampler rewrites its copy
-    const TokenId token = r.sampler.sample(logits.data(), fr.n_vocab, *scheduler.tokens(id));
+    sample_logits.assign(raw, raw + fr.n_vocab);  // the sampler rewrites its copy
+    const TokenId token = r.sampler.sample(sample_logits.data(), fr.n_vocab, *scheduler.tokens(id));
     scheduler.append_token(id, token);
     ++generated_total;
     GenerationUpdate u = r.on_token(token, raw, fr.n_vocab, exit_layer, model.tokenizer());
@@ -282,7 +286,7 @@ void Engine::Impl::step() {
       r.stream->push(std::move(u));
     }
   }
-  publish_status(out, std::chrono::duration<double>(Clock::now() - t0).count());
+  publish_step(out, std::max(1e-9, std::chrono::duration<double>(Clock::now() - t0).count()));
 }
 
 void Engine::Impl::copy_swaps(const SchedulerOutput& out) {
@@ -308,47 +312,48 @@ void Engine::Impl::end_request(RequestId id, GenerationUpdate final_update) {
     metrics->e2e->observe(final_update.total_seconds);
   }
   {
-    // Published before the client hears of the end, so a status read after it shows this request
-    // counted and its blocks free.
     std::lock_guard<std::mutex> lock(mu);
     client_ids.erase(r.request.client_id);
-    snapshot.generated_tokens_total = generated_total;
-    snapshot.kv_blocks_used = kv_manager.n_used_blocks();
-    snapshot.running = static_cast<int32_t>(scheduler.n_running());
-    snapshot.waiting = static_cast<int32_t>(scheduler.n_waiting());
-    snapshot.swapped = static_cast<int32_t>(scheduler.n_swapped());
   }
+  // Published before the client hears of the end, so a status read after it shows this request
+  // counted and its blocks free.
+  publish_queues();
   r.stream->push(std::move(final_update));
   id_of_client.erase(r.request.client_id);
   live.erase(it);
 }
 
-void Engine::Impl::publish_status(const SchedulerOutput& out, double step_seconds) {
-  const double rate = step_seconds > 0 ? 1.0 / step_seconds : 0.0;
-  steps_per_second = steps_per_second == 0 ? rate : 0.9 * steps_per_second + 0.1 * rate;
-  EngineStatus s;
-  s.waiting = static_cast<int32_t>(scheduler.n_waiting());
-  s.running = static_cast<int32_t>(scheduler.n_running());
-  s.swapped = static_cast<int32_t>(scheduler.n_swapped());
-  s.kv_blocks_total = kv_manager.n_blocks();
-  s.kv_blocks_used = kv_manager.n_used_blocks();
-  s.kv_block_size = options.block_size;
-  s.batch_size = static_cast<int32_t>(out.seqs.size());
-  s.batch_tokens = out.n_batched_tokens;
-  s.steps_per_second = steps_per_second;
-  s.preemptions = scheduler.n_preemptions();
+void Engine::Impl::publish_queues() {
   {
     std::lock_guard<std::mutex> lock(mu);
-    s.requests_total = requests_total;
-    s.generated_tokens_total = generated_total;
-    snapshot = s;
+    snapshot.waiting = static_cast<int32_t>(scheduler.n_waiting());
+    snapshot.running = static_cast<int32_t>(scheduler.n_running());
+    snapshot.swapped = static_cast<int32_t>(scheduler.n_swapped());
+    snapshot.kv_blocks_used = kv_manager.n_used_blocks();
+    snapshot.preemptions = scheduler.n_preemptions();
+    snapshot.requests_total = requests_total;
+    snapshot.generated_tokens_total = generated_total;
   }
   if (metrics) {
-    metrics->running->set(s.running);
-    metrics->waiting->set(s.waiting + s.swapped);
-    metrics->kv_usage->set(s.kv_blocks_total ? static_cast<double>(s.kv_blocks_used) / s.kv_blocks_total : 0.0);
-    metrics->batch_size->set(s.batch_size);
-    metrics->batch_hist->observe(s.batch_size);
+    metrics->running->set(static_cast<double>(scheduler.n_running()));
+    metrics->waiting->set(static_cast<double>(scheduler.n_waiting() + scheduler.n_swapped()));
+    metrics->kv_usage->set(static_cast<double>(kv_manager.n_used_blocks()) / kv_manager.n_blocks());
+  }
+}
+
+void Engine::Impl::publish_step(const SchedulerOutput& out, double step_seconds) {
+  const double rate = 1.0 / step_seconds;
+  steps_per_second = steps_per_second == 0 ? rate : 0.9 * steps_per_second + 0.1 * rate;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    snapshot.batch_size = static_cast<int32_t>(out.seqs.size());
+    snapshot.batch_tokens = out.n_batched_tokens;
+    snapshot.steps_per_second = steps_per_second;
+  }
+  publish_queues();
+  if (metrics) {
+    metrics->batch_size->set(static_cast<double>(out.seqs.size()));
+    metrics->batch_hist->observe(static_cast<double>(out.seqs.size()));
     if (!out.preempted.empty()) metrics->preemptions->inc(static_cast<double>(out.preempted.size()));
   }
 }
