@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "helios/config.h"
+#include "helios/early_exit.h"
 #include "helios/metrics.h"
 #include "helios/model.h"
 #include "helios/sampler.h"
@@ -37,6 +38,7 @@ struct GenerationRequest {
   std::vector<TokenId> stop_token_ids;
   bool ignore_eos = false;
   int32_t top_logprobs = -1;           // -1: no logprobs; 0: the sampled token's; k: and the top k
+  ExitRule exit;                       // how its tokens leave the layer stack
 };
 
 struct TokenEvent {
@@ -79,6 +81,12 @@ struct EngineStatus {
   int32_t batch_size = 0, batch_tokens = 0;
   double steps_per_second = 0;
   int64_t preemptions = 0, requests_total = 0, generated_tokens_total = 0;
+  // Early exit, over every generated token so far.
+  std::vector<int64_t> exit_layer_counts;  // [n_layers + 1]: tokens that left after layer i
+  int64_t layers_computed_total = 0;       // layers computed for generated tokens (drafts included)
+  int64_t kv_fill_layers_total = 0;        // layers whose K/V was filled from an exit state
+  int64_t draft_tokens_total = 0;          // self-speculative: tokens drafted
+  int64_t draft_tokens_accepted = 0;       // self-speculative: drafts the full model confirmed
 };
 
 struct EngineOptions {

@@ -18,6 +18,7 @@ struct GenerateOptions {
   bool ignore_eos = false;             // keep going past end-of-generation tokens
   int32_t prefill_chunk_tokens = 512;  // prompt tokens per forward pass
   int32_t block_size = 16;             // KV cache tokens per block
+  ExitRule exit;                       // early exit (self-speculative included)
 };
 
 struct GenerateResult {
@@ -27,11 +28,31 @@ struct GenerateResult {
   int32_t n_prompt_tokens = 0;
   double prefill_seconds = 0;
   double decode_seconds = 0;    // from the first to the last generated token
+  // Per generated token: the blocks it ran before its head, and its confidence there.
+  std::vector<int32_t> exit_layers;
+  std::vector<float> confidences;
+  // Work of the decode steps (after the prompt): block rows computed in full, exited rows whose
+  // K/V was filled, LM-head rows; self-speculative drafts and how many the full model confirmed.
+  int64_t decode_layer_rows = 0, decode_fill_rows = 0, decode_head_rows = 0;
+  int64_t drafted = 0, accepted = 0;
 };
 
 // Called with each new piece of text as soon as it is whole UTF-8 and cannot be part of a stop
 // string.
 using TextSink = std::function<void(const std::string&)>;
+
+// Self-speculative decoding, one round for one sequence: `input` (at `position`, not yet in the
+// cache) and n_draft tokens proposed by the exit head at `draft_layer` run the blocks up to it one
+// at a time, then all n_draft + 1 continue through the remaining blocks in one pass. Returns the
+// inputs (input, then the drafts); `verify` holds the full model's logits after each of them.
+// The table must cover position + n_draft.
+struct SpeculativeWork {
+  int64_t layer_rows = 0;
+  int64_t head_rows = 0;
+};
+StatusOr<std::vector<TokenId>> speculative_round(Model& model, KvCacheStorage& kv, const BlockTable& table,
+                                                 TokenId input, int32_t position, int32_t draft_layer,
+                                                 int32_t n_draft, ForwardResult* verify, SpeculativeWork* work);
 
 StatusOr<GenerateResult> generate(Model& model, const std::vector<TokenId>& prompt,
                                   const GenerateOptions& options, const TextSink& on_text = nullptr);

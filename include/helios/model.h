@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "helios/backend.h"
+#include "helios/early_exit.h"
 #include "helios/kv_cache.h"
 #include "helios/model_config.h"
 #include "helios/tokenizer.h"
@@ -24,10 +25,21 @@ struct SequenceBatchEntry {
   int32_t start_pos = 0;            // position of tokens[0]; 0..start_pos-1 are already cached
   const BlockTable* blocks = nullptr;  // must cover positions [0, start_pos + tokens.size())
   LogitsWanted logits = LogitsWanted::kLast;
+  ExitRule exit;                    // how this sequence's logit rows may leave the stack
 };
 
 struct ForwardBatch {
   std::vector<SequenceBatchEntry> seqs;
+
+  // A partial pass (self-speculative decoding): start after `first_layer` blocks from the hidden
+  // states in `hidden_in` (host, [n_tokens, n_embd] in entry order) instead of the embeddings,
+  // and/or stop after `last_layer` blocks (0: the loaded depth), where logit rows take the exit
+  // head. Exit rules other than kFull are not combined with either.
+  int32_t first_layer = 0;
+  const float* hidden_in = nullptr;
+  int32_t last_layer = 0;
+  bool return_hidden = false;          // ForwardResult::hidden: every token's state where it stopped
+  std::vector<int32_t> capture_layers; // ForwardResult::captured: logit rows' states after these layers
 };
 
 struct ForwardResult {
@@ -35,6 +47,16 @@ struct ForwardResult {
   std::vector<float> logits;     // [n_rows, n_vocab]
   std::vector<int32_t> row_seq;  // [n_rows] index into ForwardBatch::seqs
   std::vector<int32_t> row_pos;  // [n_rows] position whose next token the row predicts
+  std::vector<int32_t> row_exit_layer;  // [n_rows] blocks the row ran before its head
+  std::vector<float> row_confidence;    // [n_rows] its rule's measure where it left (top-1 prob
+                                        // for a full-depth row with a cheap measure)
+  std::vector<float> hidden;            // [n_tokens, n_embd] when return_hidden
+  std::vector<std::vector<float>> captured;  // per capture layer: [n_rows, n_embd]
+
+  // Work done, for the layers-per-token accounting.
+  int64_t layer_rows = 0;  // sum over layers of the tokens that ran the whole block
+  int64_t fill_rows = 0;   // sum over layers of the exited tokens whose K/V was filled
+  int64_t head_rows = 0;   // rows that went through the LM head (exit checks and outputs)
 
   const float* row(size_t r) const { return logits.data() + r * n_vocab; }
 };
@@ -55,6 +77,18 @@ class Model {
   Backend& backend() const { return backend_; }
   int32_t n_layers_loaded() const { return static_cast<int32_t>(weights_.layers.size()); }
 
+  // Exit points (layers after which a token may leave) and their heads: the fitted adapters and
+  // probes of `fitted` where it has a head for a layer, the identity (logit lens) elsewhere.
+  // INVALID_ARGUMENT for a layer outside [1, n_layers_loaded - 1].
+  Status set_exits(const std::vector<int32_t>& exit_layers, const ExitHeadSet* fitted);
+  const std::vector<int32_t>& exit_layers() const;
+  // Whether the model can run the rule: its depth is an exit point or the loaded depth, a probe
+  // measure has probes at every exit. INVALID_ARGUMENT saying what is missing.
+  Status check_exit_rule(const ExitRule& rule) const;
+  // The rule with its defaults filled in: depth 0 is the loaded depth for fixed-depth and the
+  // first exit point for self-speculative. forward() resolves every entry's rule itself.
+  ExitRule resolve_exit_rule(ExitRule rule) const;
+
   // Runs the batch through every loaded layer, writing each token's K/V into `kv`, and returns
   // the logits the entries asked for. INVALID_ARGUMENT for a malformed batch (a token id outside
   // the vocabulary, a block table too short, a position past the cache).
@@ -65,8 +99,22 @@ class Model {
   struct Workspace;
   Status validate(const ForwardBatch& batch, const KvCacheStorage& kv) const;
 
+  struct ExitHead {  // one exit's adapter in backend memory, its probe on the host
+    Matrix adapter;  // view.data == nullptr: the identity (logit lens)
+    Buffer bias;
+    ExitHeadParams params;
+  };
+  struct ExitState;  // a forward pass's bookkeeping of active and exited tokens
+  Status check_partial_pass(const ForwardBatch& batch) const;
+  bool is_exit_point(int32_t layer) const;
+  // The exit head at `layer` (logit lens, or adapter) on rows `rows` of `states` → host logits.
+  void head_logits(const float* states, const std::vector<int32_t>& rows, int32_t layer,
+                   std::vector<float>* logits);
+
   Backend& backend_;
   ModelConfig config_;
+  std::vector<int32_t> exit_layers_;
+  std::vector<std::shared_ptr<ExitHead>> exit_heads_;  // [n_layers_loaded + 1], null where none
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelWeights weights_;
   std::shared_ptr<Workspace> ws_;

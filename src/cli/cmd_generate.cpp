@@ -6,6 +6,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_setup.h"
 #include "helios/generate.h"
 
 namespace helios::cli {
@@ -13,9 +14,9 @@ namespace helios::cli {
 int cmd_generate(int argc, char** argv) {
   Args args("generate",
             "Generates text from a prompt. Only the generated text goes to stdout (not the\n"
-            "prompt); model loading progress and timings go to stderr.");
-  args.option("model", "PATH", "GGUF model file", "models/SmolLM2-135M-Instruct.Q4_1.gguf")
-      .option("prompt", "TEXT", "the prompt (required)")
+            "prompt); model loading progress, timings and early-exit statistics go to stderr.");
+  add_model_options(args);
+  args.option("prompt", "TEXT", "the prompt (required)")
       .option("chat", "", "wrap the prompt as a user turn in the model's chat format")
       .option("system", "TEXT", "system message for --chat")
       .option("max-tokens", "N", "generate at most N tokens", "128")
@@ -27,9 +28,12 @@ int cmd_generate(int argc, char** argv) {
       .option("seed", "S", "random seed for sampling", "0")
       .option("stop", "TEXT", "stop when the output contains TEXT (not printed)")
       .option("ignore-eos", "", "keep generating past end-of-sequence tokens")
-      .option("threads", "N", "CPU threads; 0 = one per core", "0")
-      .example("helios generate --prompt \"Once upon a time\" --max-tokens 64")
-      .example("helios generate --chat --prompt \"Name three colours.\" --temperature 0.7 --seed 42");
+      .option("show-exits", "", "print each token's exit layer and confidence to stderr");
+  add_exit_rule_options(args);
+  args.example("helios generate --prompt \"Once upon a time\" --max-tokens 64")
+      .example("helios generate --chat --prompt \"Name three colours.\" --temperature 0.7 --seed 42")
+      .example("helios generate --prompt \"The sky is\" --policy per-token --threshold 0.8 --exits 8,16,24")
+      .example("helios generate --prompt \"The sky is\" --policy self-speculative --depth 12 --draft-tokens 4");
   if (Status s = args.parse(argc, argv); !s.ok()) return usage_error("generate", s.message());
   if (args.help_requested()) {
     std::fputs(args.help().c_str(), stdout);
@@ -59,34 +63,17 @@ int cmd_generate(int argc, char** argv) {
     return opt.sampling.validate();
   };
   if (Status s = parse_all(); !s.ok()) return usage_error("generate", s.message());
-  auto threads = args.integer("threads");
-  if (!threads.ok()) return usage_error("generate", threads.status().message());
+  auto loaded = load_model(args);
+  if (!loaded.ok()) return fail("generate", loaded.status());
+  Model& model = *loaded->model;
+  auto threshold = args.number("threshold");
+  if (!threshold.ok()) return usage_error("generate", threshold.status().message());
+  auto rule = exit_rule_from_args(args, model, args.str("policy"), *threshold);
+  if (!rule.ok()) return usage_error("generate", rule.status().message());
+  opt.exit = *rule;
+  const double load_s = loaded->load_seconds;
 
-  using clock = std::chrono::steady_clock;
-  const auto t0 = clock::now();
-  auto backend = make_cpu_backend(static_cast<int>(*threads));
-  ModelLoadOptions load;
-  // A live percentage on a terminal; nothing per tensor in a log file.
-  const bool tty = ::isatty(STDERR_FILENO);
-  int last_percent = -1;
-  load.progress = [&](int done, int total) {
-    const int percent = 100 * done / total;
-    if (tty && percent != last_percent) {
-      std::fprintf(stderr, "\rloading %s: %3d%%", args.str("model").c_str(), percent);
-      last_percent = percent;
-    }
-  };
-  auto model = Model::load(args.str("model"), *backend, load);
-  if (!model.ok()) {
-    if (tty) std::fputc('\n', stderr);
-    return fail("generate", model.status());
-  }
-  const double load_s = std::chrono::duration<double>(clock::now() - t0).count();
-  std::fprintf(stderr, "%sloaded %s (%d layers, %.1fM parameters) in %.2f s\n",
-               tty ? "\r" : "", args.str("model").c_str(), (*model)->config().n_layer,
-               (*model)->weights().n_params / 1e6, load_s);
-
-  const Tokenizer& tok = (*model)->tokenizer();
+  const Tokenizer& tok = model.tokenizer();
   std::string text = args.str("prompt");
   if (args.has("chat")) {
     std::vector<ChatMessage> messages;
@@ -95,7 +82,7 @@ int cmd_generate(int argc, char** argv) {
     text = tok.format_chat(messages);
   }
   const std::vector<TokenId> prompt = tok.encode(text, /*add_special=*/true, /*parse_special=*/true);
-  auto result = generate(**model, prompt, opt, [](const std::string& piece) {
+  auto result = generate(model, prompt, opt, [](const std::string& piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
   });
@@ -109,6 +96,27 @@ int cmd_generate(int argc, char** argv) {
                load_s, r.n_prompt_tokens, r.n_prompt_tokens / std::max(r.prefill_seconds, 1e-9),
                r.tokens.size(), n_decoded / std::max(r.decode_seconds, 1e-9),
                finish_reason_name(r.finish));
+  if (opt.exit.policy != ExitPolicy::kFull || args.has("show-exits")) {
+    double sum_exit = 0;
+    for (int32_t l : r.exit_layers) sum_exit += l;
+    const double per_token = n_decoded ? static_cast<double>(r.decode_layer_rows) / n_decoded : 0;
+    std::fprintf(stderr, "early exit: policy %s | mean exit layer %.2f of %d | decode: %.2f layers computed per token, "
+                 "%.2f K/V-filled, %.2f LM-head rows",
+                 exit_policy_name(opt.exit.policy), r.exit_layers.empty() ? 0.0 : sum_exit / r.exit_layers.size(),
+                 model.n_layers_loaded(), per_token, n_decoded ? double(r.decode_fill_rows) / n_decoded : 0.0,
+                 n_decoded ? double(r.decode_head_rows) / n_decoded : 0.0);
+    if (opt.exit.policy == ExitPolicy::kSelfSpeculative) {
+      std::fprintf(stderr, " | drafts accepted %lld/%lld", static_cast<long long>(r.accepted),
+                   static_cast<long long>(r.drafted));
+    }
+    std::fputc('\n', stderr);
+  }
+  if (args.has("show-exits")) {
+    for (size_t i = 0; i < r.tokens.size(); ++i) {
+      std::fprintf(stderr, "token %zu id %d exit %d confidence %.3f %s\n", i, r.tokens[i], r.exit_layers[i],
+                   r.confidences[i], tok.decode({r.tokens[i]}).c_str());
+    }
+  }
   return 0;
 }
 

@@ -3,12 +3,132 @@
 #include <chrono>
 
 namespace helios {
+namespace {
+
+// One generation's bookkeeping: the history, the text pipeline and the stop conditions.
+class Generation {
+ public:
+  Generation(const Tokenizer& tok, const GenerateOptions& opt, const std::vector<TokenId>& prompt,
+             const TextSink& on_text)
+      : tok_(tok), opt_(opt), sampler_(opt.sampling), decoder_(tok), stops_(opt.stop),
+        history_(prompt), on_text_(on_text) {
+    out_.n_prompt_tokens = static_cast<int32_t>(prompt.size());
+  }
+
+  const std::vector<TokenId>& history() const { return history_; }
+  GenerateResult& result() { return out_; }
+  int32_t remaining() const { return opt_.max_tokens - static_cast<int32_t>(out_.tokens.size()); }
+
+  // Samples from one row of logits and records the token; false when the generation is over.
+  bool take(const float* logits, int32_t n_vocab, int32_t exit_layer, float confidence) {
+    scratch_.assign(logits, logits + n_vocab);  // the sampler rewrites its copy
+    const TokenId next = sampler_.sample(scratch_.data(), n_vocab, history_);
+    last_ = next;
+    out_.tokens.push_back(next);
+    out_.exit_layers.push_back(exit_layer);
+    out_.confidences.push_back(confidence);
+    history_.push_back(next);
+    if (!opt_.ignore_eos && tok_.is_end_of_generation(next)) {
+      out_.finish = FinishReason::kEos;
+      return false;
+    }
+    emit(decoder_.push(next));
+    if (stops_.stopped()) {
+      out_.finish = FinishReason::kStopString;
+      return false;
+    }
+    if (remaining() <= 0) {
+      out_.finish = FinishReason::kLength;
+      return false;
+    }
+    return true;
+  }
+  TokenId last() const { return last_; }
+
+  void finish() {
+    if (out_.finish == FinishReason::kStopString) return;
+    emit(decoder_.flush());
+    const std::string tail = stops_.flush();
+    out_.text += tail;
+    if (on_text_ && !tail.empty()) on_text_(tail);
+  }
+
+ private:
+  void emit(const std::string& piece) {
+    const std::string text = stops_.push(piece);
+    out_.text += text;
+    if (on_text_ && !text.empty()) on_text_(text);
+  }
+
+  const Tokenizer& tok_;
+  const GenerateOptions& opt_;
+  Sampler sampler_;
+  StreamDecoder decoder_;
+  StopMatcher stops_;
+  std::vector<TokenId> history_;
+  std::vector<float> scratch_;
+  TextSink on_text_;
+  GenerateResult out_;
+  TokenId last_ = 0;
+};
+
+void count_work(const ForwardResult& fr, GenerateResult& out) {
+  out.decode_layer_rows += fr.layer_rows;
+  out.decode_fill_rows += fr.fill_rows;
+  out.decode_head_rows += fr.head_rows;
+}
+
+}  // namespace
+
+StatusOr<std::vector<TokenId>> speculative_round(Model& model, KvCacheStorage& kv, const BlockTable& table,
+                                                 TokenId input, int32_t position, int32_t draft_layer,
+                                                 int32_t n_draft, ForwardResult* verify, SpeculativeWork* work) {
+  const int32_t d = n_draft;
+  const int32_t n_embd = model.config().n_embd;
+  std::vector<TokenId> inputs{input};
+  std::vector<float> hidden;
+  hidden.reserve(static_cast<size_t>(d + 1) * n_embd);
+  // Draft: each input runs the blocks up to the draft exit; its exit head proposes the next input.
+  for (int32_t i = 0; i <= d; ++i) {
+    ForwardBatch draft;
+    draft.last_layer = draft_layer;
+    draft.return_hidden = true;
+    SequenceBatchEntry e;
+    e.tokens = {inputs[i]};
+    e.start_pos = position + i;
+    e.blocks = &table;
+    e.logits = i < d ? LogitsWanted::kLast : LogitsWanted::kNone;  // the last input needs no proposal
+    draft.seqs.push_back(std::move(e));
+    HELIOS_ASSIGN_OR_RETURN(ForwardResult fr, model.forward(draft, kv));
+    work->layer_rows += fr.layer_rows;
+    work->head_rows += fr.head_rows;
+    hidden.insert(hidden.end(), fr.hidden.begin(), fr.hidden.end());
+    if (i < d) inputs.push_back(argmax(fr.row(0), fr.n_vocab));
+  }
+  // Verify: all inputs continue from the draft exit through the remaining blocks at once, reusing
+  // the K/V the drafts wrote for the shared blocks.
+  ForwardBatch check;
+  check.first_layer = draft_layer;
+  check.hidden_in = hidden.data();
+  SequenceBatchEntry e;
+  e.tokens = inputs;
+  e.start_pos = position;
+  e.blocks = &table;
+  e.logits = LogitsWanted::kAll;
+  check.seqs.push_back(std::move(e));
+  HELIOS_ASSIGN_OR_RETURN(*verify, model.forward(check, kv));
+  work->layer_rows += verify->layer_rows;
+  work->head_rows += verify->head_rows;
+  return inputs;
+}
 
 StatusOr<GenerateResult> generate(Model& model, const std::vector<TokenId>& prompt,
                                   const GenerateOptions& opt, const TextSink& on_text) {
   HELIOS_RETURN_IF_ERROR(opt.sampling.validate());
   if (prompt.empty()) return invalid_argument("the prompt has no tokens");
   if (opt.max_tokens <= 0) return invalid_argument("max_tokens must be > 0");
+  HELIOS_RETURN_IF_ERROR(model.check_exit_rule(opt.exit));
+  const ExitRule rule = model.resolve_exit_rule(opt.exit);
   const ModelConfig& c = model.config();
   const int32_t n_total = static_cast<int32_t>(prompt.size()) + opt.max_tokens;
   if (n_total > c.n_ctx_train) {
@@ -26,18 +146,8 @@ StatusOr<GenerateResult> generate(Model& model, const std::vector<TokenId>& prom
   }
 
   using clock = std::chrono::steady_clock;
-  GenerateResult out;
-  out.n_prompt_tokens = static_cast<int32_t>(prompt.size());
-  const Tokenizer& tok = model.tokenizer();
-  Sampler sampler(opt.sampling);
-  StreamDecoder decoder(tok);
-  StopMatcher stops(opt.stop);
-  std::vector<TokenId> history = prompt;
-  auto emit = [&](const std::string& piece) {
-    const std::string text = stops.push(piece);
-    out.text += text;
-    if (on_text && !text.empty()) on_text(text);
-  };
+  Generation gen(model.tokenizer(), opt, prompt, on_text);
+  GenerateResult& out = gen.result();
 
   // Prefill in chunks; the last chunk's last row gives the first token.
   const auto t0 = clock::now();
@@ -45,44 +155,54 @@ StatusOr<GenerateResult> generate(Model& model, const std::vector<TokenId>& prom
   for (size_t begin = 0; begin < prompt.size(); begin += opt.prefill_chunk_tokens) {
     const size_t end = std::min(prompt.size(), begin + opt.prefill_chunk_tokens);
     ForwardBatch batch;
-    batch.seqs.push_back({std::vector<TokenId>(prompt.begin() + begin, prompt.begin() + end),
-                          static_cast<int32_t>(begin), &table,
-                          end == prompt.size() ? LogitsWanted::kLast : LogitsWanted::kNone});
+    SequenceBatchEntry e;
+    e.tokens.assign(prompt.begin() + begin, prompt.begin() + end);
+    e.start_pos = static_cast<int32_t>(begin);
+    e.blocks = &table;
+    e.logits = end == prompt.size() ? LogitsWanted::kLast : LogitsWanted::kNone;
+    e.exit = rule;
+    batch.seqs.push_back(std::move(e));
     HELIOS_ASSIGN_OR_RETURN(fr, model.forward(batch, kv));
   }
   const auto t1 = clock::now();
   out.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
 
   // Decode: sample, check the stop conditions, feed the token back.
-  for (;;) {
-    const TokenId next = sampler.sample(fr.logits.data(), fr.n_vocab, history);
-    out.tokens.push_back(next);
-    history.push_back(next);
-    if (!opt.ignore_eos && tok.is_end_of_generation(next)) {
-      out.finish = FinishReason::kEos;
-      break;
-    }
-    emit(decoder.push(next));
-    if (stops.stopped()) {
-      out.finish = FinishReason::kStopString;
-      break;
-    }
-    if (static_cast<int32_t>(out.tokens.size()) >= opt.max_tokens) {
-      out.finish = FinishReason::kLength;
-      break;
+  bool going = gen.take(fr.row(0), fr.n_vocab, fr.row_exit_layer[0], fr.row_confidence[0]);
+  while (going) {
+    const auto position = static_cast<int32_t>(gen.history().size()) - 1;
+    if (rule.policy == ExitPolicy::kSelfSpeculative) {
+      // Never draft past max_tokens: the round emits at most n_draft + 1 tokens.
+      const int32_t n_draft = std::min(rule.draft_tokens, gen.remaining() - 1);
+      SpeculativeWork work;
+      HELIOS_ASSIGN_OR_RETURN(auto inputs, speculative_round(model, kv, table, gen.last(), position,
+                                                             rule.depth, n_draft, &fr, &work));
+      out.decode_layer_rows += work.layer_rows;
+      out.decode_head_rows += work.head_rows;
+      out.drafted += n_draft;
+      // Row i is the full model's next token after inputs[0..i]; it stands while the drafts
+      // before it were what the full model chose.
+      for (int32_t i = 0; i <= n_draft && going; ++i) {
+        going = gen.take(fr.row(i), fr.n_vocab, fr.row_exit_layer[i], fr.row_confidence[i]);
+        if (i < n_draft && inputs[i + 1] != gen.last()) break;
+        if (i < n_draft) ++out.accepted;
+      }
+      continue;
     }
     ForwardBatch batch;
-    batch.seqs.push_back({{next}, static_cast<int32_t>(history.size()) - 1, &table, LogitsWanted::kLast});
+    SequenceBatchEntry e;
+    e.tokens = {gen.last()};
+    e.start_pos = position;
+    e.blocks = &table;
+    e.exit = rule;
+    batch.seqs.push_back(std::move(e));
     HELIOS_ASSIGN_OR_RETURN(fr, model.forward(batch, kv));
+    count_work(fr, out);
+    going = gen.take(fr.row(0), fr.n_vocab, fr.row_exit_layer[0], fr.row_confidence[0]);
   }
-  if (out.finish != FinishReason::kStopString) {
-    emit(decoder.flush());
-    const std::string tail = stops.flush();
-    out.text += tail;
-    if (on_text && !tail.empty()) on_text(tail);
-  }
+  gen.finish();
   out.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
-  return out;
+  return std::move(out);
 }
 
 }  // namespace helios

@@ -1,4 +1,7 @@
 // Model loading and batch validation; the pass itself is in forward.cpp.
+#include <algorithm>
+#include <cmath>
+
 #include "helios/gguf.h"
 #include "helios/model.h"
 
@@ -45,6 +48,130 @@ Status Model::validate(const ForwardBatch& batch, const KvCacheStorage& kv) cons
                                 std::to_string(config_.n_vocab - 1) + ")");
       }
     }
+  }
+  return ok_status();
+}
+
+// ---- Exits -----------------------------------------------------------------------------------
+
+Status Model::set_exits(const std::vector<int32_t>& exit_layers, const ExitHeadSet* fitted) {
+  const ModelConfig& c = config_;
+  std::vector<std::shared_ptr<ExitHead>> heads(n_layers_loaded() + 1);
+  for (int32_t layer : exit_layers) {
+    if (layer < 1 || layer >= n_layers_loaded()) {
+      return invalid_argument("exit layer " + std::to_string(layer) + " is outside 1.." +
+                              std::to_string(n_layers_loaded() - 1) + " (the loaded layers but the last)");
+    }
+  }
+  // Heads: every exit point, and the loaded depth when it is short of the model (its head is an
+  // exit head too).
+  std::vector<int32_t> with_head = exit_layers;
+  if (n_layers_loaded() < c.n_layer) with_head.push_back(n_layers_loaded());
+  for (int32_t layer : with_head) {
+    auto head = std::make_shared<ExitHead>();
+    const ExitHeadParams* params = fitted ? fitted->find(layer) : nullptr;
+    if (params) {
+      head->params = *params;
+      if (!params->adapter_weight.empty()) {
+        const size_t nw = static_cast<size_t>(c.n_embd) * c.n_embd;
+        head->adapter.storage = Buffer(&backend_, nw);
+        head->bias = Buffer(&backend_, c.n_embd);
+        if (head->adapter.storage.empty() || head->bias.empty()) {
+          return resource_exhausted("no backend memory for the exit adapter at layer " + std::to_string(layer));
+        }
+        backend_.upload(head->adapter.storage.data(), params->adapter_weight.data(), nw);
+        backend_.upload(head->bias.data(), params->adapter_bias.data(), c.n_embd);
+        head->adapter.view = {head->adapter.storage.data(), TensorType::kF32, c.n_embd, c.n_embd};
+      }
+    }
+    head->params.layer = layer;
+    heads[layer] = std::move(head);
+  }
+  exit_layers_ = exit_layers;
+  std::sort(exit_layers_.begin(), exit_layers_.end());
+  exit_layers_.erase(std::unique(exit_layers_.begin(), exit_layers_.end()), exit_layers_.end());
+  exit_heads_ = std::move(heads);
+  return ok_status();
+}
+
+const std::vector<int32_t>& Model::exit_layers() const { return exit_layers_; }
+
+bool Model::is_exit_point(int32_t layer) const {
+  return std::binary_search(exit_layers_.begin(), exit_layers_.end(), layer);
+}
+
+ExitRule Model::resolve_exit_rule(ExitRule rule) const {
+  if (rule.depth == 0 && rule.policy == ExitPolicy::kFixedDepth) rule.depth = n_layers_loaded();
+  if (rule.depth == 0 && rule.policy == ExitPolicy::kSelfSpeculative && !exit_layers_.empty()) {
+    rule.depth = exit_layers_.front();
+  }
+  return rule;
+}
+
+Status Model::check_exit_rule(const ExitRule& given) const {
+  const ExitRule rule = resolve_exit_rule(given);
+  const std::string name = exit_policy_name(rule.policy);
+  const std::string points = exit_layers_.empty() ? "none are configured" : [&] {
+    std::string s;
+    for (int32_t l : exit_layers_) s += (s.empty() ? "" : ", ") + std::to_string(l);
+    return "the exit points are " + s;
+  }();
+  if (!(rule.threshold >= 0.0f) || std::isnan(rule.threshold)) {
+    return invalid_argument("exit threshold must be >= 0, got " + std::to_string(rule.threshold));
+  }
+  switch (rule.policy) {
+    case ExitPolicy::kFull:
+      return ok_status();
+    case ExitPolicy::kFixedDepth:
+      if (rule.depth == n_layers_loaded() || is_exit_point(rule.depth)) return ok_status();
+      return invalid_argument("fixed-depth needs a depth that is an exit point or the loaded depth (" +
+                              std::to_string(n_layers_loaded()) + "); got " + std::to_string(rule.depth) +
+                              ", and " + points);
+    case ExitPolicy::kSelfSpeculative:
+      if (!is_exit_point(rule.depth)) {
+        return invalid_argument("self-speculative drafts at an exit point (depth); got " +
+                                std::to_string(rule.depth) + ", and " + points);
+      }
+      if (rule.draft_tokens < 1 || rule.draft_tokens > 16) {
+        return invalid_argument("self-speculative draft_tokens must be 1..16, got " + std::to_string(rule.draft_tokens));
+      }
+      return ok_status();
+    case ExitPolicy::kPerToken:
+    case ExitPolicy::kBatchSync:
+      if (exit_layers_.empty()) return invalid_argument(name + " needs exit points; " + points);
+      if (rule.measure == ConfidenceMeasure::kProbe) {
+        for (int32_t l : exit_layers_) {
+          if (exit_heads_[l]->params.probe_weight.empty()) {
+            return invalid_argument("the probe measure needs a calibrated probe at every exit; layer " +
+                                    std::to_string(l) + " has none (run `helios calibrate` and set the heads file)");
+          }
+        }
+      }
+      return ok_status();
+  }
+  return ok_status();
+}
+
+Status Model::check_partial_pass(const ForwardBatch& batch) const {
+  const int32_t loaded = n_layers_loaded();
+  if (batch.last_layer < 0 || batch.last_layer > loaded) {
+    return invalid_argument("last_layer " + std::to_string(batch.last_layer) + " outside 0.." + std::to_string(loaded));
+  }
+  const int32_t end = batch.last_layer > 0 ? batch.last_layer : loaded;
+  if (batch.first_layer < 0 || batch.first_layer >= end) {
+    return invalid_argument("first_layer " + std::to_string(batch.first_layer) + " outside 0.." + std::to_string(end - 1));
+  }
+  if ((batch.first_layer > 0) != (batch.hidden_in != nullptr)) {
+    return invalid_argument("a pass that starts after layer 0 needs hidden_in, and only such a pass takes it");
+  }
+  for (int32_t l : batch.capture_layers) {
+    if (l < 1 || l > loaded) return invalid_argument("capture layer " + std::to_string(l) + " outside 1.." + std::to_string(loaded));
+  }
+  const bool partial = batch.first_layer > 0 || batch.last_layer > 0;
+  for (const auto& e : batch.seqs) {
+    if (e.exit.policy == ExitPolicy::kFull || e.exit.policy == ExitPolicy::kSelfSpeculative) continue;
+    if (partial) return invalid_argument("a partial pass (first_layer/last_layer) runs only full-depth rules");
+    HELIOS_RETURN_IF_ERROR(check_exit_rule(e.exit));
   }
   return ok_status();
 }

@@ -1,0 +1,118 @@
+// Early exit: where tokens may leave the layer stack, how confident they must be to leave, and
+// the exit heads that turn an intermediate hidden state into logits.
+//
+// An exit at layer k (1-based: after k blocks) computes lm_head(final_norm(a_k(h_k))), where a_k
+// is the identity (the logit lens) or an affine adapter fitted by `helios calibrate`. Deciding
+// whether a token leaves uses a confidence measure: a softmax statistic of those logits (costs
+// one LM-head pass per check), or a cheap signal of h_k alone (the calibrated probe, or the
+// saturation cos(h_k, h_{k-1})), after which the LM head runs only for the tokens that leave.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "helios/model_config.h"
+#include "helios/status.h"
+
+namespace helios {
+
+enum class ExitPolicy {
+  kFull,             // no exit: every token runs every loaded layer
+  kPerToken,         // each token leaves at its first confident exit
+  kBatchSync,        // the batch runs on until every sequence is confident, then all leave
+  kFixedDepth,       // every token leaves at layer `depth` (the loaded depth); confidence is reported
+  kSelfSpeculative,  // draft with the exit at `depth`, verify with the full model: output as kFull
+};
+
+enum class ConfidenceMeasure {
+  kTop1Prob,    // softmax probability of the top token
+  kMargin,      // top-1 minus top-2 probability
+  kEntropy,     // 1 - H(p) / log(n_vocab): 1 for a one-hot distribution, 0 for a uniform one
+  kProbe,       // the calibrated logistic probe on h_k (cheap)
+  kSaturation,  // cos(h_k, h_{k-1}) (cheap)
+};
+
+const char* exit_policy_name(ExitPolicy policy);  // "full", "per-token", "batch-sync", ...
+// INVALID_ARGUMENT listing the valid names.
+StatusOr<ExitPolicy> parse_exit_policy(const std::string& name);
+const char* confidence_measure_name(ConfidenceMeasure measure);  // "top1", "margin", "entropy", "probe", "saturation"
+StatusOr<ConfidenceMeasure> parse_confidence_measure(const std::string& name);
+// Probe and saturation: decided from h_k without an LM-head pass.
+bool is_cheap_measure(ConfidenceMeasure measure);
+
+// How one sequence's tokens leave the stack.
+struct ExitRule {
+  ExitPolicy policy = ExitPolicy::kFull;
+  ConfidenceMeasure measure = ConfidenceMeasure::kTop1Prob;
+  float threshold = 0.9f;    // leave when confidence >= threshold; >= 1 never leaves early
+  int32_t depth = 0;         // fixed-depth: the exit layer; self-speculative: the draft exit layer
+  int32_t draft_tokens = 4;  // self-speculative: tokens drafted per verification
+
+  // Confident enough to leave? (threshold 0: always; threshold >= 1: never)
+  bool confident(float confidence) const { return threshold < 1.0f && confidence >= threshold; }
+};
+
+// Where exits are: an explicit list of layers, or every `every`-th layer from `min_layer`.
+struct ExitPointsSpec {
+  std::vector<int32_t> layers;
+  int32_t every = 0;
+  int32_t min_layer = 1;
+};
+// Sorted, unique exit layers in [1, n_layers - 1] (layer n_layers is the model's own head).
+// INVALID_ARGUMENT naming a layer out of range.
+StatusOr<std::vector<int32_t>> resolve_exit_points(const ExitPointsSpec& spec, int32_t n_layers);
+
+// Softmax statistics of one row of logits.
+struct ConfidenceStats {
+  int32_t top1 = 0;
+  float top1_prob = 0;
+  float margin = 0;   // top-1 minus top-2 probability
+  float entropy = 0;  // nats
+};
+ConfidenceStats confidence_stats(const float* logits, int32_t n_vocab);
+// The value compared with the threshold, for the softmax measures (top1, margin, entropy).
+float confidence_value(const ConfidenceStats& stats, ConfidenceMeasure measure, int32_t n_vocab);
+
+// The fitted parameters of one exit, in host memory.
+struct ExitHeadParams {
+  int32_t layer = 0;                  // reads the hidden state after this many blocks
+  std::vector<float> adapter_weight;  // [n_embd, n_embd] row-major (out, in); empty: identity
+  std::vector<float> adapter_bias;    // [n_embd]; empty with the identity
+  std::vector<float> probe_weight;    // [n_embd], on h_k / rms(h_k); empty: no probe
+  float probe_bias = 0;
+  // Calibration summary, for display.
+  float agreement = 0;       // exit top-1 == final top-1, over the calibration tokens
+  float probe_accuracy = 0;  // on the held-out calibration tokens
+  int64_t n_tokens = 0;      // calibration tokens seen
+};
+
+// The exit heads of one model: the sidecar GGUF `helios calibrate` writes.
+struct ExitHeadSet {
+  std::string model_name;  // general.name of the model they were fitted on
+  int32_t n_layer = 0;
+  int32_t n_embd = 0;
+  std::vector<ExitHeadParams> heads;  // by layer, ascending
+
+  const ExitHeadParams* find(int32_t layer) const;  // nullptr when there is none
+};
+
+Status save_exit_heads(const ExitHeadSet& set, const std::string& path);
+// Checks the sidecar against the model (n_layer, n_embd); errors name the file and what differs.
+StatusOr<ExitHeadSet> load_exit_heads(const std::string& path, const ModelConfig& config);
+
+// sigmoid(w · h / rms(h) + b); 0 when the head has no probe.
+float probe_score(const ExitHeadParams& head, const float* hidden, int32_t n_embd);
+float cosine_similarity(const float* a, const float* b, int32_t n);
+
+// --- Fitting (calibration)
+// W, b minimising mean_i |W x_i + b - y_i|^2 + ridge |W|^2 (b unpenalised). x, y: [n, d].
+// w: [d, d] row-major (out, in); b: [d].
+Status fit_affine_adapter(const float* x, const float* y, int64_t n, int32_t d, float ridge,
+                          std::vector<float>* w, std::vector<float>* b);
+// Logistic regression: minimises mean log-loss + l2/2 |w|^2 (b unpenalised) on features
+// x: [n, d] and labels 0/1; w: [d]. At most `iterations` Newton steps.
+Status fit_logistic_probe(const float* x, const uint8_t* labels, int64_t n, int32_t d, float l2,
+                          int32_t iterations, std::vector<float>* w, float* b);
+
+}  // namespace helios

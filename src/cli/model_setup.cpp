@@ -1,0 +1,156 @@
+#include "cli/model_setup.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+namespace helios::cli {
+
+void add_model_options(Args& args) {
+  args.option("model", "PATH", "GGUF model file", "models/SmolLM2-135M-Instruct.Q4_1.gguf")
+      .option("threads", "N", "CPU threads; 0 = one per core", "0")
+      .option("load-layers", "N", "load only the first N layers (fixed-depth's memory saving); 0 = all", "0")
+      .option("exits", "L1,L2,..", "exit layers (after that many blocks); default: the heads file's, else every 4th")
+      .option("exit-every", "K", "exit after every K-th layer (with --exit-min)", "0")
+      .option("exit-min", "L", "the first exit layer for --exit-every", "1")
+      .option("heads", "PATH", "exit heads from `helios calibrate`; 'none' = logit lens; default: MODEL.exits.gguf if present", "auto");
+}
+
+void add_exit_rule_options(Args& args) {
+  args.option("policy", "P", "early exit: full | per-token | batch-sync | fixed-depth | self-speculative", "full")
+      .option("threshold", "T", "confidence to leave early; 0 = at the first exit, 1 = never early", "0.9")
+      .option("depth", "D", "fixed-depth: the exit layer (0 = loaded depth); self-speculative: the draft exit (0 = first exit)", "0")
+      .option("measure", "M", "confidence: top1 | margin | entropy | probe | saturation", "top1")
+      .option("draft-tokens", "N", "self-speculative: tokens drafted per verification", "4");
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t comma = text.find(',', begin);
+    const std::string item = text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+    if (!item.empty()) out.push_back(item);
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
+  }
+  return out;
+}
+
+StatusOr<std::vector<int32_t>> parse_int_list(const std::string& option, const std::string& text) {
+  std::vector<int32_t> out;
+  for (const std::string& item : split_list(text)) {
+    try {
+      size_t used = 0;
+      const int v = std::stoi(item, &used);
+      if (used != item.size()) throw std::invalid_argument(item);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      return invalid_argument("--" + option + ": '" + item + "' is not an integer (expected e.g. 4,8,12)");
+    }
+  }
+  return out;
+}
+
+StatusOr<std::vector<double>> parse_number_list(const std::string& option, const std::string& text) {
+  std::vector<double> out;
+  for (const std::string& item : split_list(text)) {
+    try {
+      size_t used = 0;
+      const double v = std::stod(item, &used);
+      if (used != item.size()) throw std::invalid_argument(item);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      return invalid_argument("--" + option + ": '" + item + "' is not a number (expected e.g. 0.5,0.9)");
+    }
+  }
+  return out;
+}
+
+StatusOr<LoadedModel> load_model(const Args& args) {
+  HELIOS_ASSIGN_OR_RETURN(int64_t threads, args.integer("threads"));
+  HELIOS_ASSIGN_OR_RETURN(int64_t load_layers, args.integer("load-layers"));
+  HELIOS_ASSIGN_OR_RETURN(int64_t every, args.integer("exit-every"));
+  HELIOS_ASSIGN_OR_RETURN(int64_t min_layer, args.integer("exit-min"));
+  HELIOS_ASSIGN_OR_RETURN(auto listed, parse_int_list("exits", args.str("exits")));
+  if (load_layers < 0) return invalid_argument("--load-layers must be >= 0");
+
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  LoadedModel out;
+  out.backend = make_cpu_backend(static_cast<int>(threads));
+  ModelLoadOptions load;
+  load.n_layers = static_cast<int32_t>(load_layers);
+  // A live percentage on a terminal; nothing per tensor in a log file.
+  const bool tty = ::isatty(STDERR_FILENO);
+  int last_percent = -1;
+  const std::string path = args.str("model");
+  load.progress = [&](int done, int total) {
+    const int percent = 100 * done / total;
+    if (tty && percent != last_percent) {
+      std::fprintf(stderr, "\rloading %s: %3d%%", path.c_str(), percent);
+      last_percent = percent;
+    }
+  };
+  auto model = Model::load(path, *out.backend, load);
+  if (tty && last_percent >= 0) std::fputc('\n', stderr);
+  if (!model.ok()) return model.status();
+  out.model = std::move(*model);
+  Model& m = *out.model;
+
+  // Exit heads: the named file, or the sidecar next to the model when there is one.
+  std::string heads = args.str("heads");
+  if (heads == "auto") {
+    const std::filesystem::path p(path);
+    const std::string sidecar = (p.parent_path() / p.stem()).string() + ".exits.gguf";
+    heads = std::filesystem::exists(sidecar) ? sidecar : "none";
+  }
+  ExitHeadSet set;
+  if (heads != "none") {
+    HELIOS_ASSIGN_OR_RETURN(set, load_exit_heads(heads, m.config()));
+    out.heads_path = heads;
+  }
+  ExitPointsSpec spec;
+  spec.layers = listed;
+  spec.every = static_cast<int32_t>(every);
+  spec.min_layer = static_cast<int32_t>(min_layer);
+  if (spec.layers.empty() && spec.every == 0) {
+    if (!set.heads.empty()) {
+      for (const auto& h : set.heads) spec.layers.push_back(h.layer);
+    } else {
+      spec.every = 4;
+      spec.min_layer = 4;
+    }
+  }
+  HELIOS_ASSIGN_OR_RETURN(auto points, resolve_exit_points(spec, m.config().n_layer));
+  std::erase_if(points, [&](int32_t l) { return l >= m.n_layers_loaded(); });
+  HELIOS_RETURN_IF_ERROR(m.set_exits(points, out.heads_path.empty() ? nullptr : &set));
+  out.load_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+
+  std::string listed_points;
+  for (int32_t l : m.exit_layers()) listed_points += (listed_points.empty() ? "" : ",") + std::to_string(l);
+  std::fprintf(stderr, "loaded %s (%d of %d layers, %.1fM parameters) in %.2f s; exits after layers %s (%s)\n",
+               path.c_str(), m.n_layers_loaded(), m.config().n_layer, m.weights().n_params / 1e6,
+               out.load_seconds, listed_points.empty() ? "none" : listed_points.c_str(),
+               out.heads_path.empty() ? "logit lens" : out.heads_path.c_str());
+  return out;
+}
+
+StatusOr<ExitRule> exit_rule_from_args(const Args& args, const Model& model, const std::string& policy_name,
+                                       double threshold) {
+  ExitRule rule;
+  HELIOS_ASSIGN_OR_RETURN(rule.policy, parse_exit_policy(policy_name));
+  HELIOS_ASSIGN_OR_RETURN(rule.measure, parse_confidence_measure(args.str("measure")));
+  HELIOS_ASSIGN_OR_RETURN(int64_t depth, args.integer("depth"));
+  HELIOS_ASSIGN_OR_RETURN(int64_t draft, args.integer("draft-tokens"));
+  if (!(threshold >= 0.0)) return invalid_argument("--threshold must be >= 0");
+  rule.threshold = static_cast<float>(threshold);
+  rule.depth = static_cast<int32_t>(depth);
+  rule.draft_tokens = static_cast<int32_t>(draft);
+  HELIOS_RETURN_IF_ERROR(model.check_exit_rule(rule));
+  return model.resolve_exit_rule(rule);
+}
+
+}  // namespace helios::cli
