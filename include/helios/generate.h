@@ -41,18 +41,26 @@ struct GenerateResult {
 // string.
 using TextSink = std::function<void(const std::string&)>;
 
-// Self-speculative decoding, one round for one sequence: `input` (at `position`, not yet in the
-// cache) and n_draft tokens proposed by the exit head at `draft_layer` run the blocks up to it one
-// at a time, then all n_draft + 1 continue through the remaining blocks in one pass. Returns the
-// inputs (input, then the drafts); `verify` holds the full model's logits after each of them.
-// The table must cover position + n_draft.
+// Self-speculative decoding, one round for a batch of sequences drafting at the same exit. Each
+// sequence's `input` (at `position`, not yet in the cache) and n_draft tokens proposed by the exit
+// head at `draft_layer` run the blocks up to it, one token per pass; then every input of every
+// sequence continues through the remaining blocks in one pass, reusing the K/V the drafts wrote.
+// Each table must cover position + n_draft.
+struct SpeculativeSeq {
+  const BlockTable* table = nullptr;
+  TokenId input = 0;
+  int32_t position = 0;
+  int32_t n_draft = 0;
+  std::vector<TokenId> inputs;  // out: input, then the drafts
+  int32_t first_row = 0;        // out: the verify row after inputs[0]; row first_row + i follows inputs[i]
+};
 struct SpeculativeWork {
   int64_t layer_rows = 0;
   int64_t head_rows = 0;
 };
-StatusOr<std::vector<TokenId>> speculative_round(Model& model, KvCacheStorage& kv, const BlockTable& table,
-                                                 TokenId input, int32_t position, int32_t draft_layer,
-                                                 int32_t n_draft, ForwardResult* verify, SpeculativeWork* work);
+// `verify` gets the full model's logits after every input.
+Status speculative_round(Model& model, KvCacheStorage& kv, int32_t draft_layer, std::vector<SpeculativeSeq>& seqs,
+                         ForwardResult* verify, SpeculativeWork* work);
 
 StatusOr<GenerateResult> generate(Model& model, const std::vector<TokenId>& prompt,
                                   const GenerateOptions& options, const TextSink& on_text = nullptr);

@@ -113,6 +113,10 @@ class Scheduler {
   SchedulerOutput schedule();
   // After the step: each sampled token joins its sequence (and counts as generated).
   void append_token(RequestId id, TokenId token);
+  // After a self-speculative step that computed the scheduled token and the first
+  // tokens.size() - 1 of `tokens` as well: all join the sequence, the last one pending. The
+  // engine reserved their KV (KvManager::reserve) before the step.
+  void append_speculated(RequestId id, const std::vector<TokenId>& tokens);
   // The engine decided the request is done (EOS, stop, length, cancelled): release it.
   void finish(RequestId id);
 

@@ -2,10 +2,13 @@
 #include "helios/engine.h"
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <unordered_map>
 
 #include "engine/live_request.h"
 #include "engine/paged_kv_manager.h"
+#include "helios/generate.h"
 
 namespace helios {
 namespace {
@@ -29,10 +32,19 @@ struct EngineMetrics {
         batch_hist(r.histogram("helios_batch_size_sequences", "Sequences per step",
                                {1, 2, 4, 8, 16, 32, 64, 128, 256})),
         exit_layer(r.histogram("helios_exit_layer", "Layer at which each generated token left the stack",
-                               {1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 40, 48, 64, 80})) {}
+                               {1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 40, 48, 64, 80})),
+        layers_per_token(r.histogram("helios_layers_computed_per_token",
+                                     "Blocks computed for each generated token (self-speculative drafts included)",
+                                     {1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 40, 48, 64, 80, 128})),
+        kv_fill_layers(r.counter("helios_kv_fill_layers_total",
+                                 "Token-layers whose K/V was filled from an exit state")),
+        draft_tokens(r.counter("helios_speculative_draft_tokens_total", "Self-speculative tokens drafted")),
+        accepted_tokens(r.counter("helios_speculative_accepted_tokens_total",
+                                  "Self-speculative drafts the full model confirmed")) {}
   Gauge *running, *waiting, *kv_usage, *batch_size;
   Counter *prompt_tokens, *generated_tokens, *preemptions;
-  Histogram *ttft, *tpot, *e2e, *batch_hist, *exit_layer;
+  Histogram *ttft, *tpot, *e2e, *batch_hist, *exit_layer, *layers_per_token;
+  Counter *kv_fill_layers, *draft_tokens, *accepted_tokens;
 
   Counter* finished(MetricsRegistry& r, const char* reason) {
     return r.counter("helios_requests_finished_total", "Finished requests by reason", {{"reason", reason}});
@@ -64,6 +76,14 @@ struct Engine::Impl {
   void run();
   void admit_and_abort();
   void step();
+  // The step's sequences but self-speculative decodes, as one batch.
+  void run_batch(const SchedulerOutput& out, const std::vector<size_t>& members);
+  // Self-speculative decodes drafting at `draft_layer`: one round for all of them.
+  void run_speculative(const SchedulerOutput& out, int32_t draft_layer, const std::vector<size_t>& members);
+  // Samples a token from one row of raw logits (the sampler rewrites a copy).
+  TokenId sample(LiveRequest& r, const float* raw, int32_t n_vocab, const std::vector<TokenId>& history);
+  // Early-exit accounting of one generated token.
+  void count_token(int32_t exit_layer, double layers_computed);
   void copy_swaps(const SchedulerOutput& out);
   void end_request(RequestId id, GenerationUpdate final_update);
   // Queue lengths, KV use and counters: after every step, abort and finished request.
@@ -98,6 +118,8 @@ struct Engine::Impl {
   std::thread thread;
   double steps_per_second = 0;
   int64_t generated_total = 0;
+  std::vector<int64_t> exit_layer_counts;  // [n_layers_loaded + 1]
+  int64_t layers_computed_total = 0, kv_fill_layers_total = 0, drafted_total = 0, accepted_total = 0;
   std::vector<float> sample_logits;  // [n_vocab] one row's logits, for the sampler to rewrite
 };
 
@@ -113,6 +135,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::start(Model& model, const EngineOption
   Impl* impl = engine->impl_.get();
   impl->snapshot.kv_blocks_total = options.n_kv_blocks;
   impl->snapshot.kv_block_size = options.block_size;
+  impl->exit_layer_counts.assign(model.n_layers_loaded() + 1, 0);
+  impl->snapshot.exit_layer_counts = impl->exit_layer_counts;
   impl->thread = std::thread([impl] { impl->run(); });
   return engine;
 }
@@ -133,6 +157,8 @@ bool Engine::has_capacity() const {
 }
 
 StatusOr<std::shared_ptr<RequestStream>> Engine::submit(GenerationRequest request) {
+  HELIOS_RETURN_IF_ERROR(model_.check_exit_rule(request.exit));
+  request.exit = model_.resolve_exit_rule(request.exit);
   auto stream = std::make_shared<RequestStream>();
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -249,44 +275,144 @@ void Engine::Impl::step() {
     return;
   }
 
-  ForwardBatch batch;
-  for (const ScheduledSequence& s : out.seqs) {
-    const std::vector<TokenId>& tokens = *scheduler.tokens(s.id);
+  // Self-speculative decodes run their own passes, grouped by draft exit; all else is one batch.
+  std::vector<size_t> batched;
+  std::map<int32_t, std::vector<size_t>> speculative;
+  for (size_t i = 0; i < out.seqs.size(); ++i) {
+    const ScheduledSequence& s = out.seqs[i];
     LiveRequest& r = *live[s.id];
     if (!r.first_scheduled) r.first_scheduled = Clock::now();
-    batch.seqs.push_back({std::vector<TokenId>(tokens.begin() + s.start_pos, tokens.begin() + s.start_pos + s.n_tokens),
-                          s.start_pos, kv_manager.table(s.id),
-                          s.samples ? LogitsWanted::kLast : LogitsWanted::kNone});
+    const ExitRule& rule = r.request.exit;
+    if (rule.policy == ExitPolicy::kSelfSpeculative && s.samples && s.n_tokens == 1) {
+      speculative[rule.depth].push_back(i);
+    } else {
+      batched.push_back(i);
+    }
+  }
+  if (!batched.empty()) run_batch(out, batched);
+  for (const auto& [draft_layer, members] : speculative) run_speculative(out, draft_layer, members);
+  publish_step(out, std::max(1e-9, std::chrono::duration<double>(Clock::now() - t0).count()));
+}
+
+void Engine::Impl::run_batch(const SchedulerOutput& out, const std::vector<size_t>& members) {
+  ForwardBatch batch;
+  for (size_t i : members) {
+    const ScheduledSequence& s = out.seqs[i];
+    const std::vector<TokenId>& tokens = *scheduler.tokens(s.id);
+    SequenceBatchEntry e;
+    e.tokens.assign(tokens.begin() + s.start_pos, tokens.begin() + s.start_pos + s.n_tokens);
+    e.start_pos = s.start_pos;
+    e.blocks = kv_manager.table(s.id);
+    e.logits = s.samples ? LogitsWanted::kLast : LogitsWanted::kNone;
+    e.exit = live[s.id]->request.exit;
+    batch.seqs.push_back(std::move(e));
   }
   auto result = model.forward(batch, kv);
   if (!result.ok()) {
-    for (const ScheduledSequence& s : out.seqs) {
-      end_request(s.id, live[s.id]->aborted("internal error: " + result.status().message()));
+    for (size_t i : members) {
+      end_request(out.seqs[i].id, live[out.seqs[i].id]->aborted("internal error: " + result.status().message()));
     }
     return;
   }
   ForwardResult& fr = *result;
-  const int32_t exit_layer = model.n_layers_loaded();
+  kv_fill_layers_total += fr.fill_rows;
+  if (metrics) metrics->kv_fill_layers->inc(static_cast<double>(fr.fill_rows));
   for (size_t row = 0; row < fr.row_seq.size(); ++row) {
-    const RequestId id = out.seqs[fr.row_seq[row]].id;
+    const RequestId id = out.seqs[members[fr.row_seq[row]]].id;
     LiveRequest& r = *live[id];
     const float* raw = fr.row(row);
-    sample_logits.assign(raw, raw + fr.n_vocab);  // the sampler rewrites its copy
-    const TokenId token = r.sampler.sample(sample_logits.data(), fr.n_vocab, *scheduler.tokens(id));
+    const TokenId token = sample(r, raw, fr.n_vocab, *scheduler.tokens(id));
     scheduler.append_token(id, token);
-    ++generated_total;
-    GenerationUpdate u = r.on_token(token, raw, fr.n_vocab, exit_layer, model.tokenizer());
-    if (metrics) {
-      metrics->generated_tokens->inc();
-      metrics->exit_layer->observe(exit_layer);
-    }
+    count_token(fr.row_exit_layer[row], fr.row_exit_layer[row]);
+    GenerationUpdate u = r.on_token(token, raw, fr.n_vocab, fr.row_exit_layer[row], fr.row_confidence[row],
+                                    model.tokenizer());
     if (u.finish != GenerationFinish::kNone) {
       end_request(id, std::move(u));
     } else {
       r.stream->push(std::move(u));
     }
   }
-  publish_step(out, std::max(1e-9, std::chrono::duration<double>(Clock::now() - t0).count()));
+}
+
+void Engine::Impl::run_speculative(const SchedulerOutput& out, int32_t draft_layer,
+                                   const std::vector<size_t>& members) {
+  std::vector<SpeculativeSeq> round;
+  for (size_t i : members) {
+    const ScheduledSequence& s = out.seqs[i];
+    const LiveRequest& r = *live[s.id];
+    // Never draft past max_tokens; the drafted positions need KV blocks, and without free ones
+    // this round drafts nothing (a plain decode in two halves).
+    int32_t n_draft = std::max(0, std::min(r.request.exit.draft_tokens, r.request.max_tokens - r.n_generated - 1));
+    if (n_draft > 0 && !kv_manager.reserve(s.id, s.start_pos + 1 + n_draft)) n_draft = 0;
+    SpeculativeSeq seq;
+    seq.table = kv_manager.table(s.id);
+    seq.input = (*scheduler.tokens(s.id))[s.start_pos];
+    seq.position = s.start_pos;
+    seq.n_draft = n_draft;
+    round.push_back(std::move(seq));
+  }
+  ForwardResult fr;
+  SpeculativeWork work;
+  if (Status st = speculative_round(model, kv, draft_layer, round, &fr, &work); !st.ok()) {
+    for (size_t i : members) end_request(out.seqs[i].id, live[out.seqs[i].id]->aborted("internal error: " + st.message()));
+    return;
+  }
+  for (size_t j = 0; j < members.size(); ++j) {
+    const RequestId id = out.seqs[members[j]].id;
+    const SpeculativeSeq& seq = round[j];
+    LiveRequest& r = *live[id];
+    std::vector<TokenId> history = *scheduler.tokens(id);
+    std::vector<TokenId> emitted;
+    std::vector<TokenEvent> events;
+    GenerationUpdate last;
+    int32_t accepted = 0;
+    // Row i is the full model's next token after inputs[0..i]; it stands while the drafts before
+    // it were what the full model chose.
+    for (int32_t i = 0; i <= seq.n_draft; ++i) {
+      const int32_t row = seq.first_row + i;
+      const TokenId token = sample(r, fr.row(row), fr.n_vocab, history);
+      history.push_back(token);
+      emitted.push_back(token);
+      last = r.on_token(token, fr.row(row), fr.n_vocab, fr.row_exit_layer[row], fr.row_confidence[row],
+                        model.tokenizer());
+      events.insert(events.end(), last.tokens.begin(), last.tokens.end());
+      if (last.finish != GenerationFinish::kNone) break;
+      if (i < seq.n_draft && seq.inputs[i + 1] != token) break;
+      if (i < seq.n_draft) ++accepted;
+    }
+    scheduler.append_speculated(id, emitted);
+    // Every drafted input ran the whole stack once: draft blocks, then verify blocks.
+    const double layers_each = static_cast<double>(seq.n_draft + 1) * model.n_layers_loaded() / emitted.size();
+    for (const TokenEvent& ev : events) count_token(ev.exit_layer, layers_each);
+    drafted_total += seq.n_draft;
+    accepted_total += accepted;
+    if (metrics) {
+      metrics->draft_tokens->inc(seq.n_draft);
+      metrics->accepted_tokens->inc(accepted);
+    }
+    last.tokens = std::move(events);
+    if (last.finish != GenerationFinish::kNone) {
+      end_request(id, std::move(last));
+    } else {
+      r.stream->push(std::move(last));
+    }
+  }
+}
+
+TokenId Engine::Impl::sample(LiveRequest& r, const float* raw, int32_t n_vocab, const std::vector<TokenId>& history) {
+  sample_logits.assign(raw, raw + n_vocab);
+  return r.sampler.sample(sample_logits.data(), n_vocab, history);
+}
+
+void Engine::Impl::count_token(int32_t exit_layer, double layers_computed) {
+  ++generated_total;
+  if (exit_layer >= 0 && exit_layer < static_cast<int32_t>(exit_layer_counts.size())) ++exit_layer_counts[exit_layer];
+  layers_computed_total += static_cast<int64_t>(std::lround(layers_computed));
+  if (metrics) {
+    metrics->generated_tokens->inc();
+    metrics->exit_layer->observe(exit_layer);
+    metrics->layers_per_token->observe(layers_computed);
+  }
 }
 
 void Engine::Impl::copy_swaps(const SchedulerOutput& out) {
@@ -333,6 +459,11 @@ void Engine::Impl::publish_queues() {
     snapshot.preemptions = scheduler.n_preemptions();
     snapshot.requests_total = requests_total;
     snapshot.generated_tokens_total = generated_total;
+    snapshot.exit_layer_counts = exit_layer_counts;
+    snapshot.layers_computed_total = layers_computed_total;
+    snapshot.kv_fill_layers_total = kv_fill_layers_total;
+    snapshot.draft_tokens_total = drafted_total;
+    snapshot.draft_tokens_accepted = accepted_total;
   }
   if (metrics) {
     metrics->running->set(static_cast<double>(scheduler.n_running()));

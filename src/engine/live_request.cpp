@@ -18,7 +18,7 @@ double log_sum_exp(const float* logits, int32_t n, float max_logit) {
 }  // namespace
 
 GenerationUpdate LiveRequest::on_token(TokenId token, const float* logits, int32_t n_vocab,
-                                       int32_t exit_layer, const Tokenizer& tokenizer) {
+                                       int32_t exit_layer, float confidence, const Tokenizer& tokenizer) {
   // `logits` are the raw logits, before the sampler's penalties and temperature.
   GenerationUpdate u;
   TokenEvent ev;
@@ -26,7 +26,7 @@ GenerationUpdate LiveRequest::on_token(TokenId token, const float* logits, int32
   ev.exit_layer = exit_layer;
   const float max_logit = *std::max_element(logits, logits + n_vocab);
   const double lse = log_sum_exp(logits, n_vocab, max_logit);
-  ev.confidence = static_cast<float>(std::exp(max_logit - lse));
+  ev.confidence = confidence;
   ev.logprob = static_cast<float>(logits[token] - lse);
   if (request.top_logprobs > 0) {
     std::vector<std::pair<float, TokenId>> best;

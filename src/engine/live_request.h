@@ -26,8 +26,9 @@ struct LiveRequest {
   std::optional<Clock::time_point> first_scheduled, first_token;
 
   // Turns a sampled token into the stream's next update (final when the request is done).
+  // `confidence` is the request's exit measure where the token left the stack.
   GenerationUpdate on_token(TokenId token, const float* logits, int32_t n_vocab, int32_t exit_layer,
-                            const Tokenizer& tokenizer);
+                            float confidence, const Tokenizer& tokenizer);
   // The final update of a request that ends without a token (abort, shutdown, error).
   GenerationUpdate aborted(const std::string& reason) const;
 

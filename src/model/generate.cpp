@@ -1,5 +1,6 @@
 #include "helios/generate.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace helios {
@@ -80,46 +81,66 @@ void count_work(const ForwardResult& fr, GenerateResult& out) {
 
 }  // namespace
 
-StatusOr<std::vector<TokenId>> speculative_round(Model& model, KvCacheStorage& kv, const BlockTable& table,
-                                                 TokenId input, int32_t position, int32_t draft_layer,
-                                                 int32_t n_draft, ForwardResult* verify, SpeculativeWork* work) {
-  const int32_t d = n_draft;
+Status speculative_round(Model& model, KvCacheStorage& kv, int32_t draft_layer, std::vector<SpeculativeSeq>& seqs,
+                         ForwardResult* verify, SpeculativeWork* work) {
   const int32_t n_embd = model.config().n_embd;
-  std::vector<TokenId> inputs{input};
-  std::vector<float> hidden;
-  hidden.reserve(static_cast<size_t>(d + 1) * n_embd);
-  // Draft: each input runs the blocks up to the draft exit; its exit head proposes the next input.
-  for (int32_t i = 0; i <= d; ++i) {
+  int32_t max_draft = 0;
+  std::vector<std::vector<float>> hidden(seqs.size());
+  for (auto& s : seqs) {
+    s.inputs = {s.input};
+    max_draft = std::max(max_draft, s.n_draft);
+  }
+  // Draft: pass i runs every sequence's i-th input up to the draft exit; its exit head proposes
+  // the next input (the last input needs no proposal).
+  for (int32_t i = 0; i <= max_draft; ++i) {
     ForwardBatch draft;
     draft.last_layer = draft_layer;
     draft.return_hidden = true;
-    SequenceBatchEntry e;
-    e.tokens = {inputs[i]};
-    e.start_pos = position + i;
-    e.blocks = &table;
-    e.logits = i < d ? LogitsWanted::kLast : LogitsWanted::kNone;  // the last input needs no proposal
-    draft.seqs.push_back(std::move(e));
+    std::vector<size_t> in_pass;
+    for (size_t j = 0; j < seqs.size(); ++j) {
+      const SpeculativeSeq& s = seqs[j];
+      if (i > s.n_draft) continue;
+      SequenceBatchEntry e;
+      e.tokens = {s.inputs[i]};
+      e.start_pos = s.position + i;
+      e.blocks = s.table;
+      e.logits = i < s.n_draft ? LogitsWanted::kLast : LogitsWanted::kNone;
+      draft.seqs.push_back(std::move(e));
+      in_pass.push_back(j);
+    }
     HELIOS_ASSIGN_OR_RETURN(ForwardResult fr, model.forward(draft, kv));
     work->layer_rows += fr.layer_rows;
     work->head_rows += fr.head_rows;
-    hidden.insert(hidden.end(), fr.hidden.begin(), fr.hidden.end());
-    if (i < d) inputs.push_back(argmax(fr.row(0), fr.n_vocab));
+    for (size_t k = 0; k < in_pass.size(); ++k) {
+      auto& h = hidden[in_pass[k]];
+      h.insert(h.end(), fr.hidden.begin() + k * n_embd, fr.hidden.begin() + (k + 1) * n_embd);
+    }
+    for (size_t r = 0; r < fr.row_seq.size(); ++r) {
+      seqs[in_pass[fr.row_seq[r]]].inputs.push_back(argmax(fr.row(r), fr.n_vocab));
+    }
   }
-  // Verify: all inputs continue from the draft exit through the remaining blocks at once, reusing
-  // the K/V the drafts wrote for the shared blocks.
+  // Verify: all inputs continue from the draft exit through the remaining blocks at once.
   ForwardBatch check;
   check.first_layer = draft_layer;
-  check.hidden_in = hidden.data();
-  SequenceBatchEntry e;
-  e.tokens = inputs;
-  e.start_pos = position;
-  e.blocks = &table;
-  e.logits = LogitsWanted::kAll;
-  check.seqs.push_back(std::move(e));
+  std::vector<float> hidden_in;
+  int32_t row = 0;
+  for (size_t j = 0; j < seqs.size(); ++j) {
+    SpeculativeSeq& s = seqs[j];
+    SequenceBatchEntry e;
+    e.tokens = s.inputs;
+    e.start_pos = s.position;
+    e.blocks = s.table;
+    e.logits = LogitsWanted::kAll;
+    check.seqs.push_back(std::move(e));
+    hidden_in.insert(hidden_in.end(), hidden[j].begin(), hidden[j].end());
+    s.first_row = row;
+    row += static_cast<int32_t>(s.inputs.size());
+  }
+  check.hidden_in = hidden_in.data();
   HELIOS_ASSIGN_OR_RETURN(*verify, model.forward(check, kv));
   work->layer_rows += verify->layer_rows;
   work->head_rows += verify->head_rows;
-  return inputs;
+  return ok_status();
 }
 
 StatusOr<GenerateResult> generate(Model& model, const std::vector<TokenId>& prompt,
@@ -175,8 +196,13 @@ StatusOr<GenerateResult> generate(Model& model, const std::vector<TokenId>& prom
       // Never draft past max_tokens: the round emits at most n_draft + 1 tokens.
       const int32_t n_draft = std::min(rule.draft_tokens, gen.remaining() - 1);
       SpeculativeWork work;
-      HELIOS_ASSIGN_OR_RETURN(auto inputs, speculative_round(model, kv, table, gen.last(), position,
-                                                             rule.depth, n_draft, &fr, &work));
+      std::vector<SpeculativeSeq> round(1);
+      round[0].table = &table;
+      round[0].input = gen.last();
+      round[0].position = position;
+      round[0].n_draft = n_draft;
+      HELIOS_RETURN_IF_ERROR(speculative_round(model, kv, rule.depth, round, &fr, &work));
+      const std::vector<TokenId>& inputs = round[0].inputs;
       out.decode_layer_rows += work.layer_rows;
       out.decode_head_rows += work.head_rows;
       out.drafted += n_draft;

@@ -46,6 +46,13 @@ void Scheduler::append_token(RequestId id, TokenId token) {
   seq->tokens.push_back(token);
 }
 
+void Scheduler::append_speculated(RequestId id, const std::vector<TokenId>& tokens) {
+  Sequence* seq = find(id);
+  if (seq == nullptr || tokens.empty()) return;
+  seq->tokens.insert(seq->tokens.end(), tokens.begin(), tokens.end());
+  seq->n_computed += static_cast<int32_t>(tokens.size()) - 1;
+}
+
 void Scheduler::forget(RequestId id) {
   Sequence* seq = find(id);
   switch (seq->status) {
