@@ -55,11 +55,31 @@ class Backend {
                                float scale, float* out) = 0;
   virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
   virtual void add(float* x, const float* y, int64_t n) = 0;
+
+  // --- optional: each has a default built from the ops above or from the reference twin run on
+  // downloaded data, so a backend overrides only what it does faster.
+  // Bytes of device memory still free (after weights, to size the KV cache); 0 when the backend
+  // has no memory of its own (the CPU), i.e. size from physical memory instead.
+  virtual size_t free_device_bytes() const { return 0; }
+  // Host memory for swapped-out KV blocks: page-locked on a GPU so the copies run at full speed.
+  virtual float* alloc_host(size_t n_floats);  // nullptr when out of memory
+  virtual void free_host(float* p);
+  // x += y, then out = rmsnorm(x) · weight, as kernels::ref_add_rmsnorm.
+  virtual void add_rmsnorm(float* x, const float* y, const float* weight, int32_t n_rows,
+                           int32_t dim, float eps, float* out);
+  // Exit-confidence statistics of each row of logits into host arrays [n_rows], as
+  // kernels::ref_exit_stats.
+  virtual void exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* host_top1,
+                          float* host_top1_prob, float* host_margin, float* host_entropy);
+  // One token per row of logits into host_out [n_rows], as kernels::ref_sample.
+  virtual void sample(const float* logits, int32_t n_rows, int32_t n_vocab,
+                      const kernels::SampleParams* host_params, int32_t* host_out);
 };
 
 // `n_threads` ≤ 0 means one per core.
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
-// "cpu" (and "cuda" in CUDA builds); INVALID_ARGUMENT listing what this build supports.
+// "cpu", and in CUDA builds "cuda" (device 0) or "cuda:N"; INVALID_ARGUMENT listing what this
+// build supports (and how to build the CUDA backend when it is missing).
 StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& name, int n_threads);
 
 // Backend memory that frees itself.

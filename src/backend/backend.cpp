@@ -1,10 +1,68 @@
 #include "helios/backend.h"
 
+#include <cstdlib>
+#include <vector>
+
+#if defined(HELIOS_WITH_CUDA)
+#include "backend/cuda/cuda_backend.h"
+#endif
+
 namespace helios {
+
+float* Backend::alloc_host(size_t n_floats) {
+  const size_t bytes = ((n_floats * sizeof(float) + 63) / 64 + 1) * 64;
+  return static_cast<float*>(std::aligned_alloc(64, bytes));
+}
+
+void Backend::free_host(float* p) { std::free(p); }
+
+void Backend::add_rmsnorm(float* x, const float* y, const float* weight, int32_t n_rows,
+                          int32_t dim, float eps, float* out) {
+  add(x, y, static_cast<int64_t>(n_rows) * dim);
+  rmsnorm(x, weight, n_rows, dim, eps, out);
+}
+
+void Backend::exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* host_top1,
+                         float* host_top1_prob, float* host_margin, float* host_entropy) {
+  std::vector<float> host(static_cast<size_t>(n_rows) * n_vocab);
+  download(host.data(), logits, host.size());
+  kernels::ref_exit_stats(host.data(), n_rows, n_vocab, host_top1, host_top1_prob, host_margin,
+                          host_entropy);
+}
+
+void Backend::sample(const float* logits, int32_t n_rows, int32_t n_vocab,
+                     const kernels::SampleParams* host_params, int32_t* host_out) {
+  std::vector<float> host(static_cast<size_t>(n_rows) * n_vocab);
+  download(host.data(), logits, host.size());
+  kernels::ref_sample(host.data(), n_rows, n_vocab, host_params, host_out);
+}
 
 StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& name, int n_threads) {
   if (name == "cpu") return make_cpu_backend(n_threads);
+  const bool is_cuda = name == "cuda" || name.rfind("cuda:", 0) == 0;
+#if defined(HELIOS_WITH_CUDA)
+  if (is_cuda) {
+    int device = 0;
+    if (name.size() > 5) {
+      const std::string index = name.substr(5);
+      char* end = nullptr;
+      const long d = std::strtol(index.c_str(), &end, 10);
+      if (index.empty() || *end != '\0' || d < 0 || d > 1023) {
+        return invalid_argument("backend '" + name + "': expected cuda or cuda:N with N a device index");
+      }
+      device = static_cast<int>(d);
+    }
+    return make_cuda_backend(device);
+  }
+  return invalid_argument("unknown backend '" + name + "' (this build supports: cpu, cuda, cuda:N)");
+#else
+  if (is_cuda) {
+    return invalid_argument("backend '" + name + "' is not in this build: it was configured without CUDA "
+                            "(this build supports: cpu); reconfigure with cmake -DHELIOS_CUDA=ON on a "
+                            "machine with the CUDA toolkit, e.g. cmake -S . -B build-cuda -DHELIOS_CUDA=ON");
+  }
   return invalid_argument("unknown backend '" + name + "' (this build supports: cpu)");
+#endif
 }
 
 }  // namespace helios

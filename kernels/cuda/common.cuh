@@ -1,0 +1,56 @@
+// Helpers shared by the kernels: warp and block reductions, launch status.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace helios::kernels::cuda {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+inline cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+// The launch's own error, if any (a bad configuration); faults inside a kernel surface later,
+// at the next synchronising call.
+inline int launch_status() { return static_cast<int>(cudaGetLastError()); }
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+// Sum over the block; every thread gets the result. `scratch` holds 32 values.
+template <typename T>
+__device__ T block_sum(T v, T* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = (blockDim.x + 31) / 32;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read from a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  T total = lane < n_warps ? scratch[lane] : T(0);
+  return warp_sum(total);
+}
+
+__device__ inline float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = (blockDim.x + 31) / 32;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const float m = lane < n_warps ? scratch[lane] : -INFINITY;
+  return warp_max(m);
+}
+
+// A float's bits as an unsigned key with the same order (larger float → larger key).
+__device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t b = __float_as_uint(f);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+}  // namespace helios::kernels::cuda

@@ -1,0 +1,28 @@
+// KV write: each token's K and V rows into its cache slot. One block per token.
+#include "kernels/cuda/common.cuh"
+#include "kernels/kernels.h"
+
+namespace helios::kernels {
+namespace {
+
+__global__ void kv_write_kernel(const float* k, const float* v, const int32_t* slots, int64_t row,
+                                float* cache_k, float* cache_v) {
+  const int64_t src = static_cast<int64_t>(blockIdx.x) * row;
+  const int64_t dst = static_cast<int64_t>(slots[blockIdx.x]) * row;
+  for (int64_t i = threadIdx.x; i < row; i += blockDim.x) {
+    cache_k[dst + i] = k[src + i];
+    cache_v[dst + i] = v[src + i];
+  }
+}
+
+}  // namespace
+
+int launch_kv_write(const float* k, const float* v, const int32_t* slots, int32_t n_tokens,
+                    const PagedKV& cache, void* stream) {
+  if (n_tokens <= 0) return 0;
+  const int64_t row = static_cast<int64_t>(cache.n_kv_heads) * cache.head_dim;
+  kv_write_kernel<<<n_tokens, 128, 0, cuda::as_stream(stream)>>>(k, v, slots, row, cache.k, cache.v);
+  return cuda::launch_status();
+}
+
+}  // namespace helios::kernels

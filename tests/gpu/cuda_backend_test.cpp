@@ -1,0 +1,157 @@
+// The CUDA backend as the forward pass sees it: its matmul paths against the reference, its
+// decision ops against the defaults, and the whole forward pass of stories260K on cuda vs cpu.
+// Tolerances: F32 matmul 1e-5 · Σ|w·x| (cuBLAS SGEMM, no TF32); F16 up to 8 rows as the F16
+// kernel test; F16 above 8 rows 2e-3 · Σ|w·x| (cuBLAS rounds the activations to half);
+// forward logits 1e-3 absolute on logits of magnitude ~10; greedy tokens identical.
+#include <cmath>
+#include <filesystem>
+
+#include "gpu/gpu_test_util.h"
+#include "helios/backend.h"
+#include "helios/generate.h"
+#include "helios/model.h"
+#include "helios/model_tools.h"
+#include "kernels/kernels.h"
+#include "test_paths.h"
+
+namespace helios {
+namespace {
+
+using gpu_test::normal_floats;
+
+std::unique_ptr<Backend> cuda_backend() {
+  auto b = make_backend("cuda", 0);
+  EXPECT_TRUE(b.ok()) << b.status().to_string();
+  return b.ok() ? std::move(*b) : nullptr;
+}
+
+// y = W x through the backend, W uploaded in `type` (F32 or F16 bits).
+std::vector<float> backend_matmul(Backend& be, const std::vector<float>& x, const void* w_host, size_t w_bytes,
+                                  TensorType type, int32_t n_rows, int32_t n_in, int32_t n_out) {
+  Buffer w(&be, (w_bytes + 3) / 4), dx(&be, x.size()), dy(&be, static_cast<size_t>(n_rows) * n_out);
+  be.upload(w.data(), static_cast<const float*>(w_host), w_bytes / 4);
+  be.upload(dx.data(), x.data(), x.size());
+  be.matmul(dx.data(), WeightMatrix{w.data(), type, n_out, n_in}, n_rows, dy.data());
+  std::vector<float> y(static_cast<size_t>(n_rows) * n_out);
+  be.download(y.data(), dy.data(), y.size());
+  return y;
+}
+
+TEST(CudaBackend, MatmulMatchesTheReference) {
+  HELIOS_REQUIRE_GPU();
+  auto be = cuda_backend();
+  ASSERT_NE(be, nullptr);
+  const int32_t n_in = 576, n_out = 1536;
+  const auto w = normal_floats(static_cast<size_t>(n_out) * n_in, 31, 0.05f);
+  std::vector<uint16_t> wh(w.size());
+  kernels::ref_f32_to_f16(w.data(), static_cast<int64_t>(w.size()), wh.data());
+  std::vector<float> w_abs(w.size());
+  std::vector<uint16_t> wh_abs(wh.size());
+  for (size_t i = 0; i < w.size(); ++i) w_abs[i] = std::fabs(w[i]), wh_abs[i] = wh[i] & 0x7FFF;
+  for (int32_t n_rows : {1, 5, 8, 9, 64}) {
+    const auto x = normal_floats(static_cast<size_t>(n_rows) * n_in, 32 + n_rows);
+    std::vector<float> x_abs(x.size());
+    for (size_t i = 0; i < x.size(); ++i) x_abs[i] = std::fabs(x[i]);
+    std::vector<float> want(static_cast<size_t>(n_rows) * n_out), bound(want.size());
+    kernels::ref_matmul(x.data(), w.data(), n_rows, n_in, n_out, want.data());
+    kernels::ref_matmul(x_abs.data(), w_abs.data(), n_rows, n_in, n_out, bound.data());
+    auto got = backend_matmul(*be, x, w.data(), w.size() * 4, TensorType::kF32, n_rows, n_in, n_out);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5f * bound[i]) << "F32 rows " << n_rows;
+
+    kernels::ref_matmul_f16(x.data(), wh.data(), n_rows, n_in, n_out, want.data());
+    kernels::ref_matmul_f16(x_abs.data(), wh_abs.data(), n_rows, n_in, n_out, bound.data());
+    got = backend_matmul(*be, x, wh.data(), wh.size() * 2, TensorType::kF16, n_rows, n_in, n_out);
+    const float rel = n_rows <= 8 ? 1e-5f : 2e-3f;
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], rel * bound[i]) << "F16 rows " << n_rows;
+  }
+}
+
+TEST(CudaBackend, DecisionOpsMatchTheDefaults) {
+  HELIOS_REQUIRE_GPU();
+  auto be = cuda_backend();
+  ASSERT_NE(be, nullptr);
+  auto cpu = make_cpu_backend(1);
+  const int32_t n_rows = 5, n_vocab = 49152;
+  const auto logits = normal_floats(static_cast<size_t>(n_rows) * n_vocab, 41, 3.0f);
+  Buffer d(be.get(), logits.size()), h(cpu.get(), logits.size());
+  be->upload(d.data(), logits.data(), logits.size());
+  cpu->upload(h.data(), logits.data(), logits.size());
+
+  std::vector<int32_t> top1(n_rows), top1_cpu(n_rows);
+  std::vector<float> p(n_rows), m(n_rows), e(n_rows), p_cpu(n_rows), m_cpu(n_rows), e_cpu(n_rows);
+  be->exit_stats(d.data(), n_rows, n_vocab, top1.data(), p.data(), m.data(), e.data());
+  cpu->exit_stats(h.data(), n_rows, n_vocab, top1_cpu.data(), p_cpu.data(), m_cpu.data(), e_cpu.data());
+  EXPECT_EQ(top1, top1_cpu);
+  EXPECT_TRUE(gpu_test::all_near(e, e_cpu, 0.0f, 1e-4f));
+
+  std::vector<kernels::SampleParams> params(n_rows);
+  for (int32_t r = 0; r < n_rows; ++r) params[r] = {0.9f, r == 0 ? 0 : 20 * r, r % 2 ? 0.9f : 1.0f, 0, 5, 17};
+  std::vector<int32_t> ids(n_rows), ids_cpu(n_rows);
+  be->sample(d.data(), n_rows, n_vocab, params.data(), ids.data());
+  cpu->sample(h.data(), n_rows, n_vocab, params.data(), ids_cpu.data());
+  EXPECT_EQ(ids, ids_cpu);
+  EXPECT_GT(be->free_device_bytes(), 0u);
+}
+
+std::string stories_path() {
+  const std::string cached = testing::models_dir() + "/stories260K.gguf";
+  if (std::filesystem::exists(cached)) return cached;
+  const std::string dir = testing::shared_data_dir() + "/models/stories260K/";
+  const std::string out = testing::temp_dir() + "/stories260K.gguf";
+  if (!std::filesystem::exists(out) && std::filesystem::exists(dir + "stories260K.bin")) {
+    EXPECT_TRUE(convert_llama2c(dir + "stories260K.bin", dir + "tok512.bin", out).ok());
+  }
+  return std::filesystem::exists(out) ? out : "";
+}
+
+TEST(CudaBackend, Stories260KGivesTheCpuGreedyTokensAndLogits) {
+  HELIOS_REQUIRE_GPU();
+  const std::string path = stories_path();
+  if (path.empty()) GTEST_SKIP() << "stories260K is not in " << testing::models_dir() << " (scripts/setup.sh makes it)";
+  auto cpu = make_cpu_backend(1);
+  auto gpu = cuda_backend();
+  ASSERT_NE(gpu, nullptr);
+  auto m_cpu = Model::load(path, *cpu);
+  auto m_gpu = Model::load(path, *gpu);
+  ASSERT_TRUE(m_cpu.ok()) << m_cpu.status().to_string();
+  ASSERT_TRUE(m_gpu.ok()) << m_gpu.status().to_string();
+
+  // Greedy from an empty prompt (llama2.c's reference story) and from a text prompt, in chunks.
+  for (const std::string& text : {std::string(""), std::string("Once upon a time, Tom had a red ball")}) {
+    const auto prompt = (*m_cpu)->tokenizer().encode(text, /*add_special=*/true, /*parse_special=*/false);
+    GenerateOptions opt;
+    opt.max_tokens = 200;
+    opt.ignore_eos = true;
+    opt.prefill_chunk_tokens = 4;
+    auto a = generate(**m_cpu, prompt, opt);
+    auto b = generate(**m_gpu, prompt, opt);
+    ASSERT_TRUE(a.ok()) << a.status().to_string();
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    EXPECT_EQ(b->tokens, a->tokens) << "prompt '" << text << "'";
+  }
+
+  // Logits of a mixed batch: a prompt prefill next to a second sequence's prompt, all rows.
+  auto run = [&](Model& m) -> std::vector<float> {
+    auto kv = KvCacheStorage::create(m.backend(), m.config(), 16, 16);
+    EXPECT_TRUE(kv.ok());
+    BlockAllocator alloc(16);
+    BlockTable t0, t1;
+    EXPECT_TRUE(reserve_tokens(alloc, t0, 40, 16));
+    EXPECT_TRUE(reserve_tokens(alloc, t1, 9, 16));
+    ForwardBatch batch;
+    std::vector<TokenId> p0(40), p1(9);
+    for (int i = 0; i < 40; ++i) p0[i] = 1 + (i * 37) % 500;
+    for (int i = 0; i < 9; ++i) p1[i] = 1 + (i * 11) % 500;
+    batch.seqs.push_back({p0, 0, &t0, LogitsWanted::kAll, {}});
+    batch.seqs.push_back({p1, 0, &t1, LogitsWanted::kAll, {}});
+    auto r = m.forward(batch, *kv);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    return r.ok() ? r->logits : std::vector<float>{};
+  };
+  const auto la = run(**m_cpu), lb = run(**m_gpu);
+  ASSERT_FALSE(la.empty());
+  EXPECT_TRUE(gpu_test::all_near(lb, la, 0.0f, 1e-3f));
+}
+
+}  // namespace
+}  // namespace helios

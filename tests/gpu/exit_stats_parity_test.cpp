@@ -1,0 +1,39 @@
+// Exit-confidence statistics against ref_exit_stats (which sums in double).
+// Tolerances: top-1 id exact; probabilities and margin 1e-5 relative + 1e-7 absolute; entropy
+// 1e-4 absolute (float sums over up to 128K exponentials).
+#include "gpu/gpu_test_util.h"
+#include "kernels/kernels.h"
+
+namespace helios {
+namespace {
+
+using gpu_test::all_near;
+using gpu_test::DeviceArray;
+using gpu_test::normal_floats;
+
+TEST(GpuParity, ExitStatsMatchTheCpuTwin) {
+  HELIOS_REQUIRE_GPU();
+  for (int32_t n_vocab : {1, 2, 512, 32000, 49152, 128256}) {
+    const int32_t n_rows = 6;
+    auto logits = normal_floats(static_cast<size_t>(n_rows) * n_vocab, n_vocab, 3.0f);
+    if (n_vocab > 10) {
+      logits[0 * n_vocab + 7] = 40.0f;                                     // row 0: peaked
+      logits[1 * n_vocab + 3] = logits[1 * n_vocab + 9] = 25.0f;           // row 1: a tie, margin 0
+      for (int32_t i = 0; i < n_vocab; ++i) logits[2 * n_vocab + i] = 0.5f;  // row 2: flat
+    }
+    std::vector<int32_t> top1(n_rows);
+    std::vector<float> prob(n_rows), margin(n_rows), entropy(n_rows);
+    kernels::ref_exit_stats(logits.data(), n_rows, n_vocab, top1.data(), prob.data(), margin.data(), entropy.data());
+    DeviceArray<float> d_logits(logits), d_prob(n_rows), d_margin(n_rows), d_entropy(n_rows);
+    DeviceArray<int32_t> d_top1(n_rows);
+    ASSERT_EQ(kernels::launch_exit_stats(d_logits.get(), n_rows, n_vocab, d_top1.get(), d_prob.get(), d_margin.get(),
+                                         d_entropy.get(), nullptr), 0);
+    EXPECT_EQ(d_top1.to_host(), top1) << "n_vocab " << n_vocab;
+    EXPECT_TRUE(all_near(d_prob.to_host(), prob, 1e-5f, 1e-7f)) << "top-1 prob, n_vocab " << n_vocab;
+    EXPECT_TRUE(all_near(d_margin.to_host(), margin, 1e-5f, 1e-7f)) << "margin, n_vocab " << n_vocab;
+    EXPECT_TRUE(all_near(d_entropy.to_host(), entropy, 0.0f, 1e-4f)) << "entropy, n_vocab " << n_vocab;
+  }
+}
+
+}  // namespace
+}  // namespace helios
