@@ -27,7 +27,7 @@ def default_heliosd() -> str:
     return os.environ.get("HELIOSD") or str(SOURCE_DIR / "build" / "heliosd")
 
 
-_PATH_KEYS = ("path", "cert", "key")
+_PATH_KEYS = ("path", "cert", "key", "heads")  # heads: models[].early_exit.heads
 _LINE = re.compile(r"^(?P<indent>\s*)(?P<dash>-\s+)?(?P<key>[A-Za-z_][A-Za-z0-9_]*):(?P<rest>.*)$")
 
 
@@ -49,8 +49,9 @@ def _quote(v: str) -> str:
 
 def rewrite_config(text: str, config_dir: Path, port: int) -> str:
     """The config with server.listen = 127.0.0.1:PORT, server.metrics_listen off (no clash with
-    another heliosd) and relative paths (models[].path, server.tls cert/key) made absolute against
-    the original file's folder. Line-based: block-style YAML, as heliosd's configs are written."""
+    another heliosd) and relative paths (models[].path and early_exit.heads, server.tls cert/key)
+    made absolute against the original file's folder. Line-based: block-style YAML, as heliosd's
+    configs are written."""
     out, section = [], None
     seen_listen = seen_metrics = False
     server_line = None

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "helios/early_exit.h"
 #include "helios/status.h"
 
 namespace helios {
@@ -14,9 +15,22 @@ namespace helios {
 enum class PreemptionMode { kRecompute, kSwap };
 enum class LogFormat { kText, kJson };
 
+// models[].early_exit: where a model's tokens may leave the layer stack, the rule requests get by
+// default, and how far a request may change it (GenerateRequest.exit).
+struct EarlyExitConfig {
+  ExitRule default_rule;                    // depth 0 = resolved when the model loads (see default.yaml)
+  ExitPointsSpec exits;                     // resolved against the model's depth when it loads
+  std::string heads_path;                   // sidecar GGUF from `helios calibrate`; "" = identity heads
+  int32_t load_layers = 0;                  // load only the first N blocks; 0 = all
+  bool allow_request_override = true;       // requests may change policy/threshold/depth/measure
+  std::vector<ExitPolicy> allowed_policies; // non-empty: the only policies a request may pick
+  float min_threshold = 0.0f;               // requests may not ask for a lower threshold
+};
+
 struct ModelEntryConfig {
   std::string name;          // what clients ask for; unique
   std::string path;          // GGUF file
+  EarlyExitConfig early_exit;
 };
 
 struct ServerConfig {

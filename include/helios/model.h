@@ -76,6 +76,12 @@ class Model {
   const ModelWeights& weights() const { return weights_; }
   Backend& backend() const { return backend_; }
   int32_t n_layers_loaded() const { return static_cast<int32_t>(weights_.layers.size()); }
+  // The config with n_layer = the loaded layers: the shape of the KV cache this model fills.
+  ModelConfig kv_config() const {
+    ModelConfig c = config_;
+    c.n_layer = n_layers_loaded();
+    return c;
+  }
 
   // Exit points (layers after which a token may leave) and their heads: the fitted adapters and
   // probes of `fitted` where it has a head for a layer, the identity (logit lens) elsewhere.
@@ -107,9 +113,9 @@ class Model {
   struct ExitState;  // a forward pass's bookkeeping of active and exited tokens
   Status check_partial_pass(const ForwardBatch& batch) const;
   bool is_exit_point(int32_t layer) const;
-  // The exit head at `layer` (logit lens, or adapter) on rows `rows` of `states` → host logits.
-  void head_logits(const float* states, const std::vector<int32_t>& rows, int32_t layer,
-                   std::vector<float>* logits);
+  // The exit head at `layer` (logit lens, or adapter) on rows `rows` of `states`, into the
+  // workspace's logits (backend memory, [rows.size(), n_vocab]).
+  void head_logits(const float* states, const std::vector<int32_t>& rows, int32_t layer);
 
   Backend& backend_;
   ModelConfig config_;

@@ -53,6 +53,22 @@ int rpc_error(const std::string& command, const Args& args, const grpc::Status& 
   return 1;
 }
 
+// Unset flags stay 0/"": the server's default for the model (helios status shows it).
+Status fill_exit_options(const Args& args, v1::ExitOptions* exit) {
+  HELIOS_ASSIGN_OR_RETURN(int64_t depth, args.integer("depth"));
+  HELIOS_ASSIGN_OR_RETURN(int64_t draft_tokens, args.integer("draft-tokens"));
+  exit->set_policy(args.str("policy"));
+  exit->set_measure(args.str("measure"));
+  exit->set_depth(static_cast<int32_t>(depth));
+  exit->set_draft_tokens(static_cast<int32_t>(draft_tokens));
+  if (args.has("threshold")) {
+    HELIOS_ASSIGN_OR_RETURN(double threshold, args.number("threshold"));
+    exit->set_threshold(static_cast<float>(threshold));
+    exit->set_threshold_set(true);  // 0 is a real threshold here
+  }
+  return ok_status();
+}
+
 Status fill_sampling(const Args& args, v1::GenerateRequest* req) {
   HELIOS_ASSIGN_OR_RETURN(int64_t max_tokens, args.integer("max-tokens"));
   HELIOS_ASSIGN_OR_RETURN(double temperature, args.number("temperature"));
@@ -65,7 +81,7 @@ Status fill_sampling(const Args& args, v1::GenerateRequest* req) {
   req->mutable_sampling()->set_top_p(static_cast<float>(top_p));
   req->mutable_sampling()->set_seed(static_cast<uint64_t>(seed));
   req->set_model(args.str("model"));
-  return ok_status();
+  return fill_exit_options(args, req->mutable_exit());
 }
 
 void add_generation_options(Args& args) {
@@ -74,7 +90,30 @@ void add_generation_options(Args& args) {
       .option("temperature", "T", "sampling temperature; 0 = greedy", "0")
       .option("top-k", "K", "sample from the K most likely tokens; 0 = all", "0")
       .option("top-p", "P", "nucleus sampling mass; 0 or 1 = off", "0")
-      .option("seed", "S", "random seed", "0");
+      .option("seed", "S", "random seed", "0")
+      .option("policy", "NAME",
+              "early exit: full | per-token | batch-sync | fixed-depth | self-speculative; "
+              "default: the model's")
+      .option("threshold", "T", "early exit: leave at an exit when confidence >= T (0..1; 1 = never early)")
+      .option("depth", "D", "early exit: fixed-depth exit layer, or self-speculative draft layer; 0 = the model's", "0")
+      .option("measure", "NAME", "early exit: confidence measure top1 | margin | entropy | probe | saturation")
+      .option("draft-tokens", "N", "early exit: self-speculative tokens drafted per verification (1..16); 0 = the model's", "0")
+      .option("show-exits", "", "print each token's exit layer and confidence to stderr, then their mean");
+}
+
+// "[exits] ..." lines on stderr, after the text: one per token, then the mean exit layer.
+void print_exits(const std::vector<v1::GeneratedToken>& tokens) {
+  if (tokens.empty()) return;
+  double layer_sum = 0;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const v1::GeneratedToken& t = tokens[i];
+    std::string text;
+    for (char c : t.text()) text += c == '\n' ? std::string("\\n") : std::string(1, c);
+    std::fprintf(stderr, "[exits] %4zu %-20s layer %3d  confidence %.3f\n", i, ("'" + text + "'").c_str(),
+                 t.exit_layer(), t.confidence());
+    layer_sum += t.exit_layer();
+  }
+  std::fprintf(stderr, "[exits] %zu tokens, mean exit layer %.2f\n", tokens.size(), layer_sum / tokens.size());
 }
 
 // Streams one generation to stdout; returns the generated text through *text.
@@ -85,10 +124,12 @@ int stream_generation(const std::string& command, const Args& args, v1::Helios::
   auto reader = stub.Generate(&ctx, req);
   v1::GenerateResponse resp;
   v1::GenerateResponse last;
+  std::vector<v1::GeneratedToken> tokens;  // for --show-exits
   while (reader->Read(&resp)) {
     for (const auto& t : resp.tokens()) {
       std::fwrite(t.text().data(), 1, t.text().size(), stdout);
       *text += t.text();
+      if (args.has("show-exits")) tokens.push_back(t);
     }
     std::fflush(stdout);
     if (resp.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) last = resp;
@@ -96,11 +137,49 @@ int stream_generation(const std::string& command, const Args& args, v1::Helios::
   grpc::Status s = reader->Finish();
   std::fputc('\n', stdout);
   if (!s.ok()) return rpc_error(command, args, s);
+  print_exits(tokens);
   std::fprintf(stderr, "[%s: %d prompt + %d generated tokens, first token %.3f s, total %.3f s]\n",
                v1::FinishReason_Name(last.finish_reason()).c_str(), last.usage().prompt_tokens(),
                last.usage().completion_tokens(), last.timings().time_to_first_token_seconds(),
                last.timings().total_seconds());
   return 0;
+}
+
+std::string join_ints(const google::protobuf::RepeatedField<int32_t>& values) {
+  std::string out;
+  for (int32_t v : values) out += (out.empty() ? "" : ", ") + std::to_string(v);
+  return out.empty() ? "none" : out;
+}
+
+// The early-exit lines of `helios status` for one model.
+void print_model_exits(const v1::ModelInfo& m, const v1::ServerStatus& status) {
+  const v1::ExitOptions& d = m.default_exit();
+  std::printf("  early exit: exit points %s; default %s (measure %s, threshold %g, depth %d, draft %d); "
+              "heads %s; request overrides %s\n",
+              join_ints(m.exit_layers()).c_str(), d.policy().c_str(), d.measure().c_str(), d.threshold(),
+              d.depth(), d.draft_tokens(), m.exit_heads_path().empty() ? "identity" : m.exit_heads_path().c_str(),
+              m.exit_override_allowed() ? "allowed" : "refused");
+  for (const auto& ms : status.models()) {
+    if (ms.name() != m.name()) continue;
+    const v1::EarlyExitStats& e = ms.early_exit();
+    std::printf("  exits so far: %lld tokens, mean exit layer %.2f, %.2f layers computed per token, "
+                "%lld KV layers filled",
+                static_cast<long long>(ms.generated_tokens_total()), e.mean_exit_layer(), e.layers_per_token(),
+                static_cast<long long>(e.kv_fill_layers_total()));
+    if (e.draft_tokens_total() > 0) {
+      std::printf(", %lld of %lld drafts accepted (%.1f%%)", static_cast<long long>(e.draft_tokens_accepted()),
+                  static_cast<long long>(e.draft_tokens_total()), 100.0 * e.draft_acceptance_rate());
+    }
+    std::printf("\n");
+    std::string counts;
+    for (int layer = 0; layer < e.exit_layer_counts_size(); ++layer) {
+      if (e.exit_layer_counts(layer) == 0) continue;
+      char item[48];
+      std::snprintf(item, sizeof item, " %d:%lld", layer, static_cast<long long>(e.exit_layer_counts(layer)));
+      counts += item;
+    }
+    if (!counts.empty()) std::printf("  tokens by exit layer (layer:count):%s\n", counts.c_str());
+  }
 }
 
 }  // namespace
@@ -111,6 +190,7 @@ int cmd_complete(int argc, char** argv) {
   add_generation_options(args);
   add_connection_options(args);
   args.example("helios complete --address localhost:50051 --prompt \"Once upon a time\" --max-tokens 64");
+  args.example("helios complete --prompt \"Once upon a time\" --policy per-token --threshold 0.8 --show-exits");
   if (Status s = args.parse(argc, argv); !s.ok()) return usage_error("complete", s.message());
   if (args.help_requested()) {
     std::fputs(args.help().c_str(), stdout);
@@ -136,6 +216,7 @@ int cmd_chat(int argc, char** argv) {
   add_generation_options(args);
   add_connection_options(args);
   args.example("helios chat --address localhost:50051 --temperature 0.7");
+  args.example("helios chat --policy fixed-depth --depth 16");
   if (Status s = args.parse(argc, argv); !s.ok()) return usage_error("chat", s.message());
   if (args.help_requested()) {
     std::fputs(args.help().c_str(), stdout);
@@ -170,7 +251,9 @@ int cmd_chat(int argc, char** argv) {
 }
 
 int cmd_status(int argc, char** argv) {
-  Args args("status", "Shows a running heliosd's state, queues, KV cache use and models.");
+  Args args("status",
+            "Shows a running heliosd's state, queues, KV cache use and models, with each model's\n"
+            "early exit: exit points, default rule, and where its generated tokens left the stack.");
   add_connection_options(args);
   args.example("helios status --address localhost:50051");
   if (Status s = args.parse(argc, argv); !s.ok()) return usage_error("status", s.message());
@@ -205,6 +288,7 @@ int cmd_status(int argc, char** argv) {
     std::printf("model %s: %s, %d layers (%d loaded), %.1fM parameters, context %d, on %s\n", m.name().c_str(),
                 m.architecture().c_str(), m.n_layers(), m.loaded_layers(), m.n_parameters() / 1e6,
                 m.context_length(), m.backend().c_str());
+    print_model_exits(m, status);
   }
   return 0;
 }

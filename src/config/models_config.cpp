@@ -1,5 +1,5 @@
-// models: a list of {name, path}; at least one, names unique. Relative paths resolve against the
-// directory of the config file, so a config works from any working directory.
+// models: a list of {name, path, early_exit}; at least one, names unique. Relative paths resolve
+// against the directory of the config file, so a config works from any working directory.
 #include <algorithm>
 #include <cctype>
 
@@ -21,7 +21,8 @@ Status read_model(const ConfigSource& source, const YAML::Node& node, size_t ind
                         "expected a map with keys name and path, got " + describe_node(node));
   }
   HELIOS_ASSIGN_OR_RETURN(MapReader model,
-                          MapReader::open(source, node, node.Mark(), path, {"name", "path"}));
+                          MapReader::open(source, node, node.Mark(), path,
+                                          {"name", "path", "early_exit"}));
   for (std::string_view key : {"name", "path"}) {
     if (!model.has(key)) {
       return model.error(key, "missing; every model needs a name (what clients ask for) and a "
@@ -42,7 +43,7 @@ Status read_model(const ConfigSource& source, const YAML::Node& node, size_t ind
     return model.error("path", "must be the path of a GGUF file, got an empty string");
   }
   out->path = resolve_path(source, out->path);
-  return ok_status();
+  return read_early_exit_config(model, &out->early_exit);
 }
 
 }  // namespace

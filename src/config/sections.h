@@ -1,5 +1,5 @@
 // One reader per config section, each with its own validation (server_config.cpp,
-// models_config.cpp, engine_config.cpp, limits_config.cpp, logging_config.cpp).
+// models_config.cpp, early_exit_config.cpp, engine_config.cpp, limits_config.cpp, logging_config.cpp).
 // config_loader.cpp parses the YAML and hands each section its node.
 #pragma once
 
@@ -25,6 +25,9 @@ Status read_limits_config(const ConfigSource& source, const YAML::Node& node,
                           const YAML::Mark& where, LimitsConfig* out);
 Status read_logging_config(const ConfigSource& source, const YAML::Node& node,
                            const YAML::Mark& where, LoggingConfig* out);
+
+// models[i].early_exit, read from the model's own map.
+Status read_early_exit_config(const MapReader& model, EarlyExitConfig* out);
 
 // "" when `address` is HOST:PORT, else what is wrong with it.
 std::string host_port_problem(std::string_view address);

@@ -255,6 +255,46 @@ Status MapReader::read_string_list(std::string_view key, std::vector<std::string
   return ok_status();
 }
 
+Status MapReader::read_int_list(std::string_view key, std::vector<int32_t>* out) const {
+  if (!has(key)) return ok_status();
+  const YAML::Node& node = value(key);
+  if (node.IsNull()) {
+    out->clear();
+    return ok_status();
+  }
+  if (!node.IsSequence()) {
+    return error(key, "expected a list of integers such as [6, 12], got " + describe_node(node));
+  }
+  std::vector<int32_t> items;
+  for (size_t i = 0; i < node.size(); ++i) {
+    const YAML::Node item = node[i];
+    const std::string item_key = key_path(key) + "[" + std::to_string(i) + "]";
+    int32_t value = 0;
+    const std::string text = item.IsScalar() ? item.Scalar() : "";
+    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    // Quoted items are strings in YAML, as for single integers.
+    if (!item.IsScalar() || item.Tag() == "!" || ec != std::errc() ||
+        ptr != text.data() + text.size() || text.empty()) {
+      return config_error(*source_, item.Mark(), item_key,
+                          "expected an integer, got " + describe_node(item));
+    }
+    items.push_back(value);
+  }
+  *out = std::move(items);
+  return ok_status();
+}
+
+Status MapReader::read_bool(std::string_view key, bool* out) const {
+  if (!has(key)) return ok_status();
+  std::string text;
+  HELIOS_RETURN_IF_ERROR(scalar_text(key, "true or false", /*allow_quoted=*/false, &text));
+  if (text != "true" && text != "false") {
+    return error(key, "expected true or false, got '" + text + "'");
+  }
+  *out = text == "true";
+  return ok_status();
+}
+
 std::string MapReader::choice_error(std::string_view got,
                                     const std::vector<std::string_view>& names) {
   std::string what = "must be one of " + join(names) + ", got '" + std::string(got) + "'";

@@ -63,6 +63,8 @@ class MapReader {
   Status read_double(std::string_view key, double* out) const;
   Status read_byte_size(std::string_view key, int64_t* out) const;  // parse_byte_size's syntax
   Status read_string_list(std::string_view key, std::vector<std::string>* out) const;
+  Status read_int_list(std::string_view key, std::vector<int32_t>* out) const;
+  Status read_bool(std::string_view key, bool* out) const;  // true | false
 
   // One of a fixed set of names, e.g. {{"recompute", kRecompute}, {"swap", kSwap}}.
   template <typename T>
@@ -82,6 +84,9 @@ class MapReader {
     return error(key, choice_error(text, names));
   }
 
+  // "must be one of a, b, got 'x'; did you mean 'a'?"
+  static std::string choice_error(std::string_view got, const std::vector<std::string_view>& names);
+
  private:
   struct Entry {
     std::string key;
@@ -94,7 +99,6 @@ class MapReader {
   // `allow_quoted` is false, quoted strings: `"16"` is a string in YAML, not a number.
   Status scalar_text(std::string_view key, std::string_view expected, bool allow_quoted,
                      std::string* out) const;
-  static std::string choice_error(std::string_view got, const std::vector<std::string_view>& names);
 
   const ConfigSource* source_ = nullptr;  // outlives every reader: owned by parse_config
   YAML::Mark mark_;

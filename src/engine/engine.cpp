@@ -128,7 +128,7 @@ Engine::Engine(Model& model) : model_(model) {}
 StatusOr<std::unique_ptr<Engine>> Engine::start(Model& model, const EngineOptions& options,
                                                 MetricsRegistry* metrics) {
   if (options.n_kv_blocks <= 0) return invalid_argument("the engine needs at least one KV block");
-  HELIOS_ASSIGN_OR_RETURN(auto storage, KvCacheStorage::create(model.backend(), model.config(),
+  HELIOS_ASSIGN_OR_RETURN(auto storage, KvCacheStorage::create(model.backend(), model.kv_config(),
                                                               options.n_kv_blocks, options.block_size));
   std::unique_ptr<Engine> engine(new Engine(model));
   engine->impl_ = std::make_unique<Impl>(model, options, metrics, std::move(storage));
@@ -275,6 +275,8 @@ void Engine::Impl::step() {
     return;
   }
 
+  // The blocks this plan holds are visible before any of its tokens reaches a client.
+  publish_queues();
   // Self-speculative decodes run their own passes, grouped by draft exit; all else is one batch.
   std::vector<size_t> batched;
   std::map<int32_t, std::vector<size_t>> speculative;

@@ -67,16 +67,9 @@ namespace {
 
 bool leaves_by_confidence(ExitPolicy p) { return p == ExitPolicy::kPerToken || p == ExitPolicy::kBatchSync; }
 
-// The value a softmax measure compares with the threshold; top-1 probability for the cheap ones.
-float softmax_confidence(const float* logits, int32_t n_vocab, ConfidenceMeasure m) {
-  const ConfidenceStats s = confidence_stats(logits, n_vocab);
-  return confidence_value(s, is_cheap_measure(m) ? ConfidenceMeasure::kTop1Prob : m, n_vocab);
-}
-
 }  // namespace
 
-void Model::head_logits(const float* states, const std::vector<int32_t>& rows, int32_t layer,
-                        std::vector<float>* out) {
+void Model::head_logits(const float* states, const std::vector<int32_t>& rows, int32_t layer) {
   const ModelConfig& c = config_;
   Backend& be = backend_;
   Workspace& ws = *ws_;
@@ -91,8 +84,6 @@ void Model::head_logits(const float* states, const std::vector<int32_t>& rows, i
   }
   be.rmsnorm(in, weights_.output_norm.data(), n, c.n_embd, c.rms_eps, ws.head_in.data());
   be.matmul(ws.head_in.data(), weights_.output.view, n, ws.logits.data());
-  out->resize(static_cast<size_t>(n) * c.n_vocab);
-  be.download(out->data(), ws.logits.data(), out->size());
 }
 
 StatusOr<ForwardResult> Model::forward(const ForwardBatch& batch, KvCacheStorage& kv) {
@@ -163,6 +154,21 @@ StatusOr<ForwardResult> Model::forward(const ForwardBatch& batch, KvCacheStorage
     be.download(host, ws.head_tmp.data(), rows.size() * c.n_embd);
   };
 
+  // Softmax statistics of the first n rows of ws.logits (computed where the logits are).
+  auto logit_stats = [&](int32_t n_stat) {
+    std::vector<int32_t> top1(n_stat);
+    std::vector<float> p1(n_stat), margin(n_stat), entropy(n_stat);
+    be.exit_stats(ws.logits.data(), n_stat, c.n_vocab, top1.data(), p1.data(), margin.data(), entropy.data());
+    std::vector<ConfidenceStats> out(n_stat);
+    for (int32_t i = 0; i < n_stat; ++i) out[i] = {top1[i], p1[i], margin[i], entropy[i]};
+    return out;
+  };
+  // Row j of ws.logits becomes the result's row.
+  auto keep_logits = [&](int32_t j, int32_t row) {
+    be.download(result.logits.data() + static_cast<size_t>(row) * c.n_vocab,
+                ws.logits.data() + static_cast<size_t>(j) * c.n_vocab, c.n_vocab);
+  };
+
   // --- embed (or start from given states)
   if (batch.hidden_in) {
     be.upload(ws.x.data(), batch.hidden_in, static_cast<size_t>(n) * c.n_embd);
@@ -204,10 +210,9 @@ StatusOr<ForwardResult> Model::forward(const ForwardBatch& batch, KvCacheStorage
     if (na == 0) continue;
     be.paged_attention(ws.q.data(), cache, plan, c.n_head, attn_scale, ws.attn.data());
     be.matmul(ws.attn.data(), w.wo.view, na, ws.proj.data());
-    be.add(ws.x.data(), ws.proj.data(), static_cast<int64_t>(na) * c.n_embd);
 
-    // feed-forward: norm → silu(gate) * up → down projection → residual
-    be.rmsnorm(ws.x.data(), w.ffn_norm.data(), na, c.n_embd, c.rms_eps, ws.xb.data());
+    // feed-forward: (residual, norm) → silu(gate) * up → down projection → residual
+    be.add_rmsnorm(ws.x.data(), ws.proj.data(), w.ffn_norm.data(), na, c.n_embd, c.rms_eps, ws.xb.data());
     be.matmul(ws.xb.data(), w.w_gate.view, na, ws.gate.data());
     be.matmul(ws.xb.data(), w.w_up.view, na, ws.up.data());
     be.swiglu(ws.gate.data(), ws.up.data(), static_cast<int64_t>(na) * c.n_ff, ws.gate.data());
@@ -254,11 +259,12 @@ StatusOr<ForwardResult> Model::forward(const ForwardBatch& batch, KvCacheStorage
       const ExitRule& r = rule(st.active[cand[i]]);
       if (!is_cheap_measure(r.measure) || r.policy == ExitPolicy::kFixedDepth) head_cand.push_back(static_cast<int32_t>(i));
     }
-    std::vector<float> cand_logits;
+    std::vector<ConfidenceStats> cand_stats;  // of the rows in ws.logits, in head_cand order
     if (!head_cand.empty()) {
       std::vector<int32_t> rows;
       for (int32_t i : head_cand) rows.push_back(cand[i]);
-      head_logits(ws.x.data(), rows, layer_no, &cand_logits);
+      head_logits(ws.x.data(), rows, layer_no);
+      cand_stats = logit_stats(static_cast<int32_t>(rows.size()));
       result.head_rows += static_cast<int64_t>(rows.size());
     }
     std::vector<int32_t> logits_index(nc, -1);
@@ -286,7 +292,7 @@ StatusOr<ForwardResult> Model::forward(const ForwardBatch& batch, KvCacheStorage
         conf[i] = h_prev.empty() ? 0.0f
                                  : cosine_similarity(h_now.data() + i * c.n_embd, h_prev.data() + i * c.n_embd, c.n_embd);
       } else {
-        conf[i] = softmax_confidence(cand_logits.data() + static_cast<size_t>(logits_index[i]) * c.n_vocab, c.n_vocab, r.measure);
+        conf[i] = confidence_value(cand_stats[logits_index[i]], r.measure, c.n_vocab);
       }
     }
 
@@ -310,32 +316,30 @@ StatusOr<ForwardResult> Model::forward(const ForwardBatch& batch, KvCacheStorage
     }
     if (leaving.empty()) continue;
 
-    // The leaving rows: logits (the exit head, unless the check already ran it), then their state
-    // joins the exited set (for K/V fill) unless nothing deeper will ever read this sequence.
-    std::vector<int32_t> need_head;
-    for (int32_t i : leaving) {
-      if (!has_logits[i]) need_head.push_back(cand[i]);
-    }
-    std::vector<float> late_logits;
-    if (!need_head.empty()) {
-      head_logits(ws.x.data(), need_head, layer_no, &late_logits);
-      result.head_rows += static_cast<int64_t>(need_head.size());
-    }
+    // The leaving rows: logits (the exit head's, which the check may already have computed), then
+    // their state joins the exited set (for K/V fill) unless nothing deeper will ever read this
+    // sequence.
     std::vector<int32_t> fill_rows;
     std::vector<char> leaves_row(na, 0);
-    size_t late = 0;
     for (int32_t i : leaving) {
       const int32_t a = cand[i];
       const int32_t t = st.active[a];
       const int32_t row = ws.token_row[t];
-      const float* src = has_logits[i] ? cand_logits.data() + static_cast<size_t>(logits_index[i]) * c.n_vocab
-                                       : late_logits.data() + (late++) * c.n_vocab;
-      std::copy_n(src, c.n_vocab, result.logits.data() + static_cast<size_t>(row) * c.n_vocab);
+      if (has_logits[i]) keep_logits(logits_index[i], row);
       result.row_exit_layer[row] = layer_no;
       result.row_confidence[row] = conf[i];
       leaves_row[a] = 1;
       if (leaves_by_confidence(rule(t).policy)) fill_rows.push_back(a);
       if (batch.return_hidden) download_rows(ws.x.data(), {a}, result.hidden.data() + static_cast<size_t>(t) * c.n_embd);
+    }
+    std::vector<int32_t> need_head;  // leaving by a cheap signal: their head runs only now
+    for (int32_t i : leaving) {
+      if (!has_logits[i]) need_head.push_back(cand[i]);
+    }
+    if (!need_head.empty()) {
+      head_logits(ws.x.data(), need_head, layer_no);
+      result.head_rows += static_cast<int64_t>(need_head.size());
+      for (size_t j = 0; j < need_head.size(); ++j) keep_logits(static_cast<int32_t>(j), ws.token_row[st.active[need_head[j]]]);
     }
     if (!fill_rows.empty()) {
       be.embedding(fill_rows.data(), static_cast<int32_t>(fill_rows.size()), ws.x.data(), c.n_embd,
@@ -364,16 +368,16 @@ StatusOr<ForwardResult> Model::forward(const ForwardBatch& batch, KvCacheStorage
     if (ws.token_row[st.active[a]] >= 0) rows.push_back(static_cast<int32_t>(a));
   }
   if (!rows.empty()) {
-    std::vector<float> final_logits;
-    head_logits(ws.x.data(), rows, end_layer, &final_logits);
+    head_logits(ws.x.data(), rows, end_layer);
+    const std::vector<ConfidenceStats> stats = logit_stats(static_cast<int32_t>(rows.size()));
     result.head_rows += static_cast<int64_t>(rows.size());
     for (size_t j = 0; j < rows.size(); ++j) {
       const int32_t t = st.active[rows[j]];
       const int32_t row = ws.token_row[t];
-      const float* src = final_logits.data() + j * c.n_vocab;
-      std::copy_n(src, c.n_vocab, result.logits.data() + static_cast<size_t>(row) * c.n_vocab);
+      keep_logits(static_cast<int32_t>(j), row);
       result.row_exit_layer[row] = end_layer;
-      result.row_confidence[row] = softmax_confidence(src, c.n_vocab, rule(t).measure);
+      const ConfidenceMeasure m = rule(t).measure;
+      result.row_confidence[row] = confidence_value(stats[j], is_cheap_measure(m) ? ConfidenceMeasure::kTop1Prob : m, c.n_vocab);
     }
   }
   if (batch.return_hidden && !st.active.empty()) {

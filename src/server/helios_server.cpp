@@ -10,12 +10,14 @@
 #include <chrono>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <sstream>
 #include <thread>
 #include <unordered_set>
 
 #include "helios/v1/helios.grpc.pb.h"
+#include "server/exit_options.h"
 #include "server/request_convert.h"
 #include "tokenizer/unicode.h"
 
@@ -253,7 +255,7 @@ grpc::Status Service::Generate(ServerContext* ctx, const v1::GenerateRequest* re
     server_.count_error();
     return {StatusCode::RESOURCE_EXHAUSTED, "the request queue is full; retry later"};
   }
-  RequestLimits limits{server_.config().limits, m->context_tokens};
+  RequestLimits limits{server_.config().limits, m->context_tokens, m->entry.early_exit};
   auto request = to_generation_request(*req, *m->model, limits);
   if (!request.ok()) return to_grpc(request.status());
   const std::string id = req->request_id().empty() ? server_.next_request_id() : req->request_id();
@@ -350,6 +352,35 @@ void fill_model_info(const ServedModel& m, v1::ModelInfo* info) {
   info->set_n_parameters(m.model->weights().n_params);
   info->set_loaded_layers(m.model->n_layers_loaded());
   info->set_backend(m.model->backend().name());
+  const EarlyExitConfig& ee = m.entry.early_exit;
+  for (int32_t layer : m.model->exit_layers()) info->add_exit_layers(layer);
+  to_exit_options(m.default_exit, info->mutable_default_exit());
+  info->set_exit_heads_path(ee.heads_path);
+  info->set_exit_override_allowed(ee.allow_request_override);
+  for (ExitPolicy p : ee.allowed_policies) info->add_allowed_exit_policies(exit_policy_name(p));
+  info->set_min_exit_threshold(ee.min_threshold);
+}
+
+void fill_early_exit_stats(const ServedModel& m, const EngineStatus& e, v1::EarlyExitStats* out) {
+  out->set_default_policy(exit_policy_name(m.default_exit.policy));
+  for (int32_t layer : m.model->exit_layers()) out->add_exit_layers(layer);
+  int64_t n_tokens = 0, layer_sum = 0;
+  for (size_t layer = 0; layer < e.exit_layer_counts.size(); ++layer) {
+    out->add_exit_layer_counts(e.exit_layer_counts[layer]);
+    n_tokens += e.exit_layer_counts[layer];
+    layer_sum += e.exit_layer_counts[layer] * static_cast<int64_t>(layer);
+  }
+  out->set_mean_exit_layer(n_tokens > 0 ? static_cast<double>(layer_sum) / n_tokens : 0.0);
+  out->set_layers_computed_total(e.layers_computed_total);
+  out->set_layers_per_token(e.generated_tokens_total > 0
+                                ? static_cast<double>(e.layers_computed_total) / e.generated_tokens_total
+                                : 0.0);
+  out->set_kv_fill_layers_total(e.kv_fill_layers_total);
+  out->set_draft_tokens_total(e.draft_tokens_total);
+  out->set_draft_tokens_accepted(e.draft_tokens_accepted);
+  out->set_draft_acceptance_rate(e.draft_tokens_total > 0
+                                     ? static_cast<double>(e.draft_tokens_accepted) / e.draft_tokens_total
+                                     : 0.0);
 }
 
 grpc::Status Service::ListModels(ServerContext* ctx, const v1::ListModelsRequest*, v1::ListModelsResponse* resp) {
@@ -385,6 +416,11 @@ grpc::Status Service::GetServerStatus(ServerContext* ctx, const v1::GetServerSta
     resp->set_preemptions(resp->preemptions() + e.preemptions);
     resp->set_requests_total(resp->requests_total() + e.requests_total);
     resp->set_generated_tokens_total(resp->generated_tokens_total() + e.generated_tokens_total);
+    v1::ModelStatus* model = resp->add_models();
+    model->set_name(m->entry.name);
+    model->set_requests_total(e.requests_total);
+    model->set_generated_tokens_total(e.generated_tokens_total);
+    fill_early_exit_stats(*m, e, model->mutable_early_exit());
   }
   resp->set_uptime_seconds(server_.uptime());
   return grpc::Status::OK;
@@ -399,6 +435,59 @@ StatusOr<std::unique_ptr<HeliosServer>> HeliosServer::start(const HeliosConfig& 
   return std::unique_ptr<HeliosServer>(std::move(server));
 }
 
+namespace {
+
+// Exit points, heads and the default rule of a loaded model. Exit points at or past the loaded
+// depth are dropped with a warning rather than refused: one spec (exit_every: 4) then serves any
+// load_layers, and the loaded depth is always where the last tokens leave.
+Status setup_early_exit(ServedModel& served) {
+  const EarlyExitConfig& ee = served.entry.early_exit;
+  Model& model = *served.model;
+  const ModelConfig& c = model.config();
+  const int32_t loaded = model.n_layers_loaded();
+  if (ee.load_layers > c.n_layer) {
+    return invalid_argument("early_exit.load_layers: " + std::to_string(ee.load_layers) +
+                            " is more than the model's " + std::to_string(c.n_layer) +
+                            " layers; use 1.." + std::to_string(c.n_layer) + ", or 0 for all");
+  }
+  auto resolved = resolve_exit_points(ee.exits, c.n_layer);
+  if (!resolved.ok()) return invalid_argument("early_exit.exits: " + resolved.status().message());
+  std::vector<int32_t> points;
+  std::string dropped;
+  for (int32_t layer : *resolved) {
+    if (layer < loaded) points.push_back(layer);
+    else dropped += (dropped.empty() ? "" : ", ") + std::to_string(layer);
+  }
+  if (!dropped.empty()) {
+    spdlog::warn("{}: exit points {} are at or past the loaded depth ({} of {} layers); dropped",
+                 served.entry.name, dropped, loaded, c.n_layer);
+  }
+  std::optional<ExitHeadSet> heads;
+  if (!ee.heads_path.empty()) {
+    auto loaded_heads = load_exit_heads(ee.heads_path, c);
+    if (!loaded_heads.ok()) return invalid_argument("early_exit.heads: " + loaded_heads.status().message());
+    heads = std::move(*loaded_heads);
+  }
+  // set_exits copies what it needs from the heads.
+  if (Status s = model.set_exits(points, heads ? &*heads : nullptr); !s.ok()) {
+    return invalid_argument("early_exit.exits: " + s.message());
+  }
+  HELIOS_ASSIGN_OR_RETURN(served.default_exit, resolve_exit_rule(ee.default_rule, model, "early_exit."));
+
+  std::string listed;
+  for (int32_t layer : points) listed += (listed.empty() ? "" : ", ") + std::to_string(layer);
+  const ExitRule& rule = served.default_exit;
+  spdlog::info("{}: {} of {} layers loaded; exit points [{}]; heads {}; default policy {} (measure {}, "
+               "threshold {:g}, depth {}); request overrides {}",
+               served.entry.name, loaded, c.n_layer, listed,
+               ee.heads_path.empty() ? "identity (logit lens)" : ee.heads_path,
+               exit_policy_name(rule.policy), confidence_measure_name(rule.measure), rule.threshold,
+               rule.depth, ee.allow_request_override ? "allowed" : "refused");
+  return ok_status();
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<ServedModel>> load_served_model(const ModelEntryConfig& entry,
                                                          const EngineConfig& engine,
                                                          size_t n_models, MetricsRegistry& metrics) {
@@ -406,6 +495,7 @@ StatusOr<std::unique_ptr<ServedModel>> load_served_model(const ModelEntryConfig&
   served->entry = entry;
   HELIOS_ASSIGN_OR_RETURN(served->backend, make_backend(engine.backend, engine.threads));
   ModelLoadOptions load;
+  load.n_layers = entry.early_exit.load_layers;
   int last_percent = -1;
   load.progress = [&](int done, int total) {
     const int percent = 100 * done / total;
@@ -414,15 +504,19 @@ StatusOr<std::unique_ptr<ServedModel>> load_served_model(const ModelEntryConfig&
   };
   HELIOS_ASSIGN_OR_RETURN(served->model, Model::load(entry.path, *served->backend, load));
   const ModelConfig& c = served->model->config();
+  HELIOS_RETURN_IF_ERROR(setup_early_exit(*served));
 
-  // KV cache: the configured bytes, or a fraction of physical memory, shared by the models.
+  // KV cache: the configured bytes, or a fraction of the free device memory after the weights (a
+  // GPU) or of physical memory (the CPU), shared by the models. Only loaded layers have K/V.
   int64_t kv_bytes = engine.kv_cache_bytes;
   if (kv_bytes == 0) {
     const double physical = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-    kv_bytes = static_cast<int64_t>(physical * engine.kv_cache_fraction);
+    const size_t free_device = served->backend->free_device_bytes();
+    kv_bytes = static_cast<int64_t>((free_device > 0 ? static_cast<double>(free_device) : physical) *
+                                    engine.kv_cache_fraction);
   }
   kv_bytes /= static_cast<int64_t>(n_models);
-  const int64_t per_block = KvCacheStorage::bytes_per_block(c, engine.block_size);
+  const int64_t per_block = KvCacheStorage::bytes_per_block(served->model->kv_config(), engine.block_size);
   EngineOptions options;
   options.block_size = engine.block_size;
   options.n_kv_blocks = static_cast<int32_t>(std::min<int64_t>(kv_bytes / per_block, 1 << 24));

@@ -20,6 +20,7 @@ struct ServedModel {
   std::unique_ptr<Model> model;
   std::unique_ptr<Engine> engine;
   int32_t context_tokens = 0;  // what one request may use: min(model context, KV capacity)
+  ExitRule default_exit;       // entry.early_exit.default_rule resolved against the model
 };
 
 enum class ServerState { kLoading, kServing, kDraining };
@@ -38,7 +39,8 @@ class HeliosServer {
   virtual void drain_and_stop(double drain_timeout_s) = 0;
 };
 
-// Loads one model and starts its engine, sizing the KV cache from the config.
+// Loads one model (its first early_exit.load_layers blocks), sets its exit points and heads, checks
+// its default exit rule and starts its engine, sizing the KV cache from the config.
 StatusOr<std::unique_ptr<ServedModel>> load_served_model(const ModelEntryConfig& entry,
                                                          const EngineConfig& engine,
                                                          size_t n_models, MetricsRegistry& metrics);

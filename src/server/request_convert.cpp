@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "server/exit_options.h"
+
 namespace helios::server {
 namespace {
 
@@ -46,6 +48,7 @@ StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& req
   const Tokenizer& tok = model.tokenizer();
   const int32_t n_vocab = model.config().n_vocab;
   HELIOS_RETURN_IF_ERROR(convert_sampling(request.sampling(), &out.sampling));
+  HELIOS_ASSIGN_OR_RETURN(out.exit, exit_rule_for_request(request.exit(), limits.early_exit, model));
 
   if (request.max_tokens() < 0) {
     return field_error("max_tokens", "must be > 0 (0 = the server's default), got " + std::to_string(request.max_tokens()));

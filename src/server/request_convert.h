@@ -11,9 +11,11 @@ namespace helios::server {
 struct RequestLimits {
   LimitsConfig limits;
   int32_t context_tokens = 0;  // the model's context, or the KV cache's capacity if smaller
+  EarlyExitConfig early_exit;  // the model's default exit rule and what requests may change
 };
 
-// INVALID_ARGUMENT naming the field (e.g. "sampling.top_p must be in (0, 1], got 1.5").
+// INVALID_ARGUMENT naming the field (e.g. "sampling.top_p must be in (0, 1], got 1.5",
+// "exit.policy: 'batch-sync' is not allowed on this server; allowed: full, per-token").
 StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& request,
                                                   const Model& model, const RequestLimits& limits);
 

@@ -303,6 +303,14 @@ class ConfigRewriteTest(unittest.TestCase):
         self.assertIn('    cert: ""', out)
         self.assertIn("engine:\n  threads: 2", out)
 
+    def test_rewrite_early_exit_heads(self):
+        out = rewrite_config("models:\n  - name: a\n    path: a.gguf\n    early_exit:\n      heads: h/a.exits.gguf\n"
+                             "      exits: [2, 4]\n", Path("/d"), 7)
+        self.assertIn('      heads: "/d/h/a.exits.gguf"', out)
+        self.assertIn("      exits: [2, 4]", out)
+        self.assertIn('      heads: ""', rewrite_config('models:\n  - name: a\n    path: /a\n    early_exit:\n'
+                                                       '      heads: ""\n', Path("/d"), 7))
+
     def test_rewrite_adds_listen(self):
         out = rewrite_config("models:\n  - name: a\n    path: a.gguf\n", Path("/d"), 7)
         self.assertIn('server:\n  listen: "127.0.0.1:7"\n  metrics_listen: ""', out)

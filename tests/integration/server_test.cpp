@@ -33,8 +33,11 @@ class ServerTest : public ::testing::Test {
     config_.server.listen = "127.0.0.1:0";
     config_.server.metrics_listen = "";
     config_.server.api_keys = api_keys;
-    config_.models = {{"stories", stories_model()}};
-    if (n_models == 2) config_.models.push_back({"stories-2", stories_model()});
+    config_.models.assign(n_models, ModelEntryConfig{});
+    for (int i = 0; i < n_models; ++i) {
+      config_.models[i].name = i == 0 ? "stories" : "stories-2";
+      config_.models[i].path = stories_model();
+    }
     if (!tls_dir.empty()) {
       config_.server.tls_cert_path = tls_dir + "/cert.pem";
       config_.server.tls_key_path = tls_dir + "/key.pem";

@@ -98,7 +98,8 @@ def free_port():
 
 
 def to_yaml(value, indent=0):
-    """A tiny YAML writer for the config: dicts, lists of dicts, lists of strings, scalars."""
+    """A tiny YAML writer for the config: dicts, lists of dicts (whose values may be dicts or lists),
+    lists of scalars, scalars."""
     pad = "  " * indent
     lines = []
     for key, v in value.items():
@@ -110,7 +111,14 @@ def to_yaml(value, indent=0):
             for item in v:
                 first = True
                 for k2, v2 in item.items():
-                    lines.append(f"{pad}  {'- ' if first else '  '}{k2}: {scalar(v2)}")
+                    lead = f"{pad}  {'- ' if first else '  '}{k2}:"
+                    if isinstance(v2, dict):  # e.g. models[].early_exit
+                        lines.append(lead)
+                        lines.append(to_yaml(v2, indent + 3))
+                    elif isinstance(v2, list):
+                        lines.append(f"{lead} [{', '.join(scalar(x) for x in v2)}]")
+                    else:
+                        lines.append(f"{lead} {scalar(v2)}")
                     first = False
         elif isinstance(v, list):
             lines.append(f"{pad}{key}: [{', '.join(scalar(x) for x in v)}]")
@@ -135,7 +143,8 @@ def merge(base, extra):
 
 
 class Heliosd:
-    """One heliosd process with its own config, ports and log."""
+    """One heliosd process with its own config, ports and log. `models`: (name, path) or
+    (name, path, {more keys of the entry, e.g. early_exit})."""
 
     def __init__(self, name, models, config=None):
         self.dir = tempfile.mkdtemp(prefix=name + "-", dir=WORK)
@@ -144,7 +153,7 @@ class Heliosd:
         base = {
             "server": {"listen": f"127.0.0.1:{self.port}", "metrics_listen": f"127.0.0.1:{self.metrics_port}",
                        "drain_timeout_s": 10},
-            "models": [{"name": n, "path": p} for n, p in models],
+            "models": [dict(name=n, path=p, **(extra[0] if extra else {})) for n, p, *extra in models],
             "engine": {"backend": "cpu", "threads": 2, "kv_cache": "64MiB"},
             "logging": {"level": "info"},
         }
@@ -639,6 +648,152 @@ class ApiTest(ServerTestCase):
 
 
 # ---------------------------------------------------------------------------------------------
+# Early exit: stories260K (5 layers) with exit points 1..4, per-token by default, and a second
+# entry of the same file whose exit rule requests may not change.
+
+STORIES_LAYERS = 5
+
+
+class EarlyExitTest(ServerTestCase):
+    EARLY_EXIT = {"policy": "per-token", "measure": "top1", "threshold": 0.5, "exits": [1, 2, 3, 4],
+                  "allowed_policies": ["full", "per-token", "fixed-depth", "self-speculative"],
+                  "min_threshold": 0.2}
+
+    @classmethod
+    def models(cls):
+        return [("stories", STORIES, {"early_exit": cls.EARLY_EXIT}),
+                ("stories-locked", STORIES, {"early_exit": {"allow_request_override": False}})]
+
+    def exits(self, **fields):
+        fields.setdefault("text", "Lily went to the park")
+        fields.setdefault("max_tokens", 16)
+        return generate(self.stub, ignore_eos=True, **fields)
+
+    def test_model_info_shows_exit_points_and_default(self):
+        info = self.stub.GetModelInfo(pb.GetModelInfoRequest(model="stories"), timeout=10)
+        self.assertEqual(list(info.exit_layers), [1, 2, 3, 4])
+        self.assertEqual(info.default_exit.policy, "per-token")
+        self.assertEqual(info.default_exit.measure, "top1")
+        self.assertAlmostEqual(info.default_exit.threshold, 0.5, places=6)
+        self.assertTrue(info.default_exit.threshold_set)
+        self.assertEqual(info.exit_heads_path, "")
+        self.assertTrue(info.exit_override_allowed)
+        self.assertEqual(list(info.allowed_exit_policies), ["full", "per-token", "fixed-depth", "self-speculative"])
+        self.assertAlmostEqual(info.min_exit_threshold, 0.2, places=6)
+        locked = self.stub.GetModelInfo(pb.GetModelInfoRequest(model="stories-locked"), timeout=10)
+        self.assertEqual(list(locked.exit_layers), [])
+        self.assertEqual(locked.default_exit.policy, "full")
+        self.assertFalse(locked.exit_override_allowed)
+
+    def test_every_token_has_exit_layer_and_confidence(self):
+        r = self.exits()
+        self.assertEqual(len(r.tokens), 16)
+        for t in r.tokens:
+            self.assertTrue(1 <= t.exit_layer <= STORIES_LAYERS, t)
+            self.assertTrue(0 <= t.confidence <= 1, t)
+
+    def test_full_policy_leaves_at_the_last_layer(self):
+        r = self.exits(exit=pb.ExitOptions(policy="full"))
+        self.assertEqual([t.exit_layer for t in r.tokens], [STORIES_LAYERS] * 16)
+
+    def test_fixed_depth_leaves_at_the_depth(self):
+        r = self.exits(exit=pb.ExitOptions(policy="fixed-depth", depth=2))
+        self.assertEqual([t.exit_layer for t in r.tokens], [2] * 16)
+        for t in r.tokens:
+            self.assertTrue(0 <= t.confidence <= 1, t)
+
+    def test_threshold_zero_counts_only_with_threshold_set(self):
+        # threshold 0 ("leave at the first exit") is a real threshold, below this server's minimum.
+        code, details = rpc_code(lambda: self.exits(exit=pb.ExitOptions(threshold=0, threshold_set=True)))
+        self.assertEqual(code, grpc.StatusCode.INVALID_ARGUMENT, details)
+        self.assertIn("exit.threshold: 0 is below this server's minimum 0.2", details)
+        # Without threshold_set, 0 is "not set": the default (0.5) applies.
+        self.assertEqual(len(self.exits(exit=pb.ExitOptions(policy="per-token", threshold=0)).tokens), 16)
+
+    def test_overrides_accepted(self):
+        for options in (pb.ExitOptions(policy="per-token", threshold=0.9, measure="margin"),
+                        pb.ExitOptions(threshold=1.0),
+                        pb.ExitOptions(policy="self-speculative", depth=2, draft_tokens=3)):
+            with self.subTest(str(options)):
+                r = self.exits(exit=options, max_tokens=8)
+                self.assertEqual(len(r.tokens), 8)
+                self.assertEqual(r.final.finish_reason, pb.FINISH_REASON_LENGTH)
+
+    def test_refused_overrides_name_the_field(self):
+        cases = [
+            ("unknown policy", "stories", pb.ExitOptions(policy="turbo"), "exit.policy"),
+            ("policy not allowed", "stories", pb.ExitOptions(policy="batch-sync"), "exit.policy"),
+            ("threshold below the minimum", "stories", pb.ExitOptions(threshold=0.1), "exit.threshold"),
+            ("threshold above 1", "stories", pb.ExitOptions(threshold=1.5), "exit.threshold"),
+            ("depth not an exit point", "stories", pb.ExitOptions(policy="fixed-depth", depth=9), "exit.depth"),
+            ("negative depth", "stories", pb.ExitOptions(depth=-1), "exit.depth"),
+            ("draft_tokens 17", "stories", pb.ExitOptions(policy="self-speculative", draft_tokens=17),
+             "exit.draft_tokens"),
+            ("unknown measure", "stories", pb.ExitOptions(measure="top2"), "exit.measure"),
+            ("probe without heads", "stories", pb.ExitOptions(measure="probe"), "exit"),
+            ("overrides refused", "stories-locked", pb.ExitOptions(policy="fixed-depth", depth=5), "exit.policy"),
+        ]
+        for name, model, options, field in cases:
+            with self.subTest(name):
+                code, details = rpc_code(lambda: generate(self.stub, model=model, text="hi", max_tokens=2,
+                                                          exit=options))
+                self.assertEqual(code, grpc.StatusCode.INVALID_ARGUMENT, f"{name}: {details}")
+                self.assertIn(field, details, name)
+        self.assertIn("allowed: full, per-token, fixed-depth, self-speculative",
+                      rpc_code(lambda: generate(self.stub, text="hi", exit=pb.ExitOptions(policy="batch-sync")))[1])
+        self.assertIn("allow_request_override", rpc_code(lambda: generate(
+            self.stub, model="stories-locked", text="hi", exit=pb.ExitOptions(threshold=0.3)))[1])
+        # Restating the locked model's default is not a change.
+        r = generate(self.stub, model="stories-locked", text="hi", max_tokens=3, ignore_eos=True,
+                     exit=pb.ExitOptions(policy="full"))
+        self.assertEqual([t.exit_layer for t in r.tokens], [STORIES_LAYERS] * 3)
+        self.assertIdle("after refused exit options")
+
+    def test_server_status_counts_exits(self):
+        self.exits(exit=pb.ExitOptions(policy="fixed-depth", depth=3), max_tokens=6)
+        status = self.server.status()
+        self.assertEqual([m.name for m in status.models], ["stories", "stories-locked"])
+        stories = status.models[0]
+        e = stories.early_exit
+        self.assertEqual(e.default_policy, "per-token")
+        self.assertEqual(list(e.exit_layers), [1, 2, 3, 4])
+        self.assertEqual(len(e.exit_layer_counts), STORIES_LAYERS + 1)
+        self.assertEqual(sum(e.exit_layer_counts), stories.generated_tokens_total)
+        self.assertGreaterEqual(e.exit_layer_counts[3], 6)
+        self.assertTrue(1 <= e.mean_exit_layer <= STORIES_LAYERS, e)
+        mean = sum(i * n for i, n in enumerate(e.exit_layer_counts)) / sum(e.exit_layer_counts)
+        self.assertAlmostEqual(e.mean_exit_layer, mean, places=6)
+        self.assertGreater(e.layers_computed_total, 0)
+        self.assertAlmostEqual(e.layers_per_token, e.layers_computed_total / stories.generated_tokens_total, places=6)
+        self.assertGreaterEqual(e.kv_fill_layers_total, 0)
+        self.assertLessEqual(e.draft_tokens_accepted, e.draft_tokens_total)
+        self.assertTrue(0 <= e.draft_acceptance_rate <= 1, e)
+        self.assertEqual(sum(m.generated_tokens_total for m in status.models), status.generated_tokens_total)
+        _, _, text = self.server.metrics()
+        self.assertIsNotNone(metric_value(text, "helios_exit_layer_bucket", {"le": "+Inf"}))
+
+    def test_cli_show_exits_and_status(self):
+        address = ["--address", f"127.0.0.1:{self.server.port}"]
+        p = subprocess.run([HELIOS, "complete", *address, "--prompt", "Tom had a red ball", "--max-tokens", "5",
+                            "--policy", "fixed-depth", "--depth", "2", "--show-exits"],
+                           capture_output=True, text=True, timeout=RPC_TIMEOUT_S)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        lines = [line for line in p.stderr.splitlines() if line.startswith("[exits]")]
+        self.assertEqual(len(lines), 6, p.stderr)  # 5 tokens and the mean
+        for line in lines[:5]:
+            self.assertRegex(line, r"layer +2 +confidence [01]\.\d{3}$")
+        self.assertIn("mean exit layer 2.00", lines[5])
+        p = subprocess.run([HELIOS, "complete", *address, "--prompt", "hi", "--policy", "batch-sync"],
+                           capture_output=True, text=True, timeout=RPC_TIMEOUT_S)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("exit.policy", p.stderr)
+        p = subprocess.run([HELIOS, "status", *address], capture_output=True, text=True, timeout=RPC_TIMEOUT_S)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("exit points 1, 2, 3, 4; default per-token", p.stdout)
+        self.assertIn("mean exit layer", p.stdout)
+
+
+# ---------------------------------------------------------------------------------------------
 # Overload: a queue of 4.
 
 class OverloadTest(ServerTestCase):
@@ -770,7 +925,7 @@ class ConfigTest(unittest.TestCase):
         p = self.run_heliosd("--check-config", path)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("valid", p.stdout)
-        for example in ("default.yaml", "cpu-dev.yaml"):
+        for example in ("default.yaml", "cpu-dev.yaml", "early-exit-cpu.yaml"):
             p = self.run_heliosd("--check-config", os.path.join(SOURCE_DIR, "configs", example))
             self.assertEqual(p.returncode, 0, f"{example}: {p.stderr}")
 
@@ -783,6 +938,8 @@ class ConfigTest(unittest.TestCase):
             ("bad preemption", models + "engine:\n  preemption: sometimes\n", 5, "preemption"),
             ("negative drain", "server:\n  drain_timeout_s: -1\n" + models, 2, "drain_timeout_s"),
             ("YAML syntax", models + "engine: [1, 2\n", None, "YAML"),
+            ("unknown exit policy", models + "    early_exit:\n      policy: turbo\n", 5, "early_exit.policy"),
+            ("draft_tokens 0", models + "    early_exit: {draft_tokens: 0}\n", 4, "early_exit.draft_tokens"),
         ]
         for what, text, line, key in cases:
             with self.subTest(what):
@@ -803,6 +960,17 @@ class ConfigTest(unittest.TestCase):
         p = self.run_heliosd("--config", path)
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("no-such-model.gguf", p.stderr)
+
+    def test_exit_points_past_the_model_refuse_to_start(self):
+        path = self.write("exits.yaml", f"server:\n  listen: 127.0.0.1:{free_port()}\n  metrics_listen: \"\"\n"
+                                        f"models:\n  - name: stories\n    path: {STORIES}\n"
+                                        "    early_exit: {policy: per-token, exits: [2, 7]}\n")
+        p = self.run_heliosd("--check-config", path)  # the config alone cannot know the depth
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = self.run_heliosd("--config", path)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("stories", p.stderr)
+        self.assertIn("early_exit.exits", p.stderr)
 
     def test_usage(self):
         p = self.run_heliosd("--help")

@@ -14,6 +14,14 @@ inline std::string with_model(const std::string& yaml) {
   return "models:\n  - name: m\n    path: /m.gguf\n" + yaml;
 }
 
+// A model entry with early exit at its defaults.
+inline ModelEntryConfig model_entry(const std::string& name, const std::string& path) {
+  ModelEntryConfig entry;
+  entry.name = name;
+  entry.path = path;
+  return entry;
+}
+
 // The error parse_config gives for `yaml` (file name "cfg.yaml"); "" if it parsed.
 inline std::string config_error(const std::string& yaml) {
   StatusOr<HeliosConfig> config = parse_config(yaml, "cfg.yaml");
@@ -32,6 +40,23 @@ inline ::testing::AssertionResult contains(const std::string& text, const std::s
   return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
 }
 
+inline void expect_early_exit_eq(const EarlyExitConfig& a, const EarlyExitConfig& b,
+                                 const std::string& where) {
+  EXPECT_EQ(a.default_rule.policy, b.default_rule.policy) << where;
+  EXPECT_EQ(a.default_rule.measure, b.default_rule.measure) << where;
+  EXPECT_FLOAT_EQ(a.default_rule.threshold, b.default_rule.threshold) << where;
+  EXPECT_EQ(a.default_rule.depth, b.default_rule.depth) << where;
+  EXPECT_EQ(a.default_rule.draft_tokens, b.default_rule.draft_tokens) << where;
+  EXPECT_EQ(a.exits.layers, b.exits.layers) << where;
+  EXPECT_EQ(a.exits.every, b.exits.every) << where;
+  EXPECT_EQ(a.exits.min_layer, b.exits.min_layer) << where;
+  EXPECT_EQ(a.heads_path, b.heads_path) << where;
+  EXPECT_EQ(a.load_layers, b.load_layers) << where;
+  EXPECT_EQ(a.allow_request_override, b.allow_request_override) << where;
+  EXPECT_EQ(a.allowed_policies, b.allowed_policies) << where;
+  EXPECT_FLOAT_EQ(a.min_threshold, b.min_threshold) << where;
+}
+
 inline void expect_config_eq(const HeliosConfig& a, const HeliosConfig& b) {
   EXPECT_EQ(a.server.listen, b.server.listen);
   EXPECT_EQ(a.server.metrics_listen, b.server.metrics_listen);
@@ -43,6 +68,8 @@ inline void expect_config_eq(const HeliosConfig& a, const HeliosConfig& b) {
   for (size_t i = 0; i < a.models.size(); ++i) {
     EXPECT_EQ(a.models[i].name, b.models[i].name) << "models[" << i << "]";
     EXPECT_EQ(a.models[i].path, b.models[i].path) << "models[" << i << "]";
+    expect_early_exit_eq(a.models[i].early_exit, b.models[i].early_exit,
+                         "models[" + std::to_string(i) + "].early_exit");
   }
   EXPECT_EQ(a.engine.backend, b.engine.backend);
   EXPECT_EQ(a.engine.threads, b.engine.threads);

@@ -10,7 +10,7 @@ namespace {
 
 HeliosConfig defaults_with_model(const std::string& name, const std::string& path) {
   HeliosConfig config;
-  config.models.push_back({name, path});
+  config.models.push_back(model_entry(name, path));
   return config;
 }
 
@@ -44,6 +44,21 @@ TEST(ConfigDefaults, CpuDevYamlLoads) {
   EXPECT_EQ(loaded->engine.kv_cache_fraction, 0.0);
   ASSERT_EQ(loaded->models.size(), 1u);
   EXPECT_EQ(loaded->models[0].path, default_model_path());
+}
+
+TEST(ConfigDefaults, EarlyExitCpuYamlLoads) {
+  StatusOr<HeliosConfig> loaded = load_config(source_dir() + "/configs/early-exit-cpu.yaml");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  ASSERT_EQ(loaded->models.size(), 1u);
+  EXPECT_EQ(loaded->models[0].path, default_model_path());
+  const EarlyExitConfig& ee = loaded->models[0].early_exit;
+  EXPECT_EQ(ee.default_rule.policy, ExitPolicy::kPerToken);
+  EXPECT_EQ(ee.default_rule.measure, ConfidenceMeasure::kTop1Prob);
+  EXPECT_FLOAT_EQ(ee.default_rule.threshold, 0.9f);
+  EXPECT_EQ(ee.exits.every, 4);
+  EXPECT_EQ(ee.exits.min_layer, 8);
+  EXPECT_EQ(ee.heads_path, "");
+  EXPECT_EQ(ee.load_layers, 0);
 }
 
 }  // namespace

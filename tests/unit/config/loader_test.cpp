@@ -74,7 +74,19 @@ HeliosConfig full_config() {
   c.server.tls_key_path = "/tls/key.pem";
   c.server.api_keys = {"key-one", "key-two"};
   c.server.drain_timeout_s = 2.5;
-  c.models = {{"small", "/models/small.gguf"}, {"large", "/models/large.gguf"}};
+  c.models = {model_entry("small", "/models/small.gguf"), model_entry("large", "/models/large.gguf")};
+  EarlyExitConfig& ee = c.models[1].early_exit;
+  ee.default_rule.policy = ExitPolicy::kSelfSpeculative;
+  ee.default_rule.measure = ConfidenceMeasure::kProbe;
+  ee.default_rule.threshold = 0.75f;
+  ee.default_rule.depth = 6;
+  ee.default_rule.draft_tokens = 8;
+  ee.exits.layers = {6, 12, 18};
+  ee.exits.min_layer = 3;
+  ee.heads_path = "/models/large.exits.gguf";
+  ee.allow_request_override = false;
+  ee.allowed_policies = {ExitPolicy::kSelfSpeculative, ExitPolicy::kFull};
+  ee.min_threshold = 0.5f;
   c.engine.backend = "cuda";
   c.engine.threads = 7;
   c.engine.kv_cache_bytes = 3LL << 30;
@@ -103,7 +115,29 @@ std::string to_yaml(const HeliosConfig& c) {
   for (const std::string& key : c.server.api_keys) y << "    - " << key << "\n";
   y << "  drain_timeout_s: " << c.server.drain_timeout_s << "\n";
   y << "models:\n";
-  for (const ModelEntryConfig& m : c.models) y << "  - name: " << m.name << "\n    path: " << m.path << "\n";
+  for (const ModelEntryConfig& m : c.models) {
+    y << "  - name: " << m.name << "\n    path: " << m.path << "\n";
+    const EarlyExitConfig& ee = m.early_exit;
+    y << "    early_exit:\n"
+      << "      policy: " << exit_policy_name(ee.default_rule.policy) << "\n"
+      << "      measure: " << confidence_measure_name(ee.default_rule.measure) << "\n"
+      << "      threshold: " << ee.default_rule.threshold << "\n"
+      << "      depth: " << ee.default_rule.depth << "\n"
+      << "      draft_tokens: " << ee.default_rule.draft_tokens << "\n"
+      << "      exits: [";
+    for (size_t i = 0; i < ee.exits.layers.size(); ++i) y << (i ? ", " : "") << ee.exits.layers[i];
+    y << "]\n"
+      << "      exit_every: " << ee.exits.every << "\n"
+      << "      exit_min_layer: " << ee.exits.min_layer << "\n"
+      << "      heads: '" << ee.heads_path << "'\n"
+      << "      load_layers: " << ee.load_layers << "\n"
+      << "      allow_request_override: " << (ee.allow_request_override ? "true" : "false") << "\n"
+      << "      allowed_policies: [";
+    for (size_t i = 0; i < ee.allowed_policies.size(); ++i) {
+      y << (i ? ", " : "") << exit_policy_name(ee.allowed_policies[i]);
+    }
+    y << "]\n      min_threshold: " << ee.min_threshold << "\n";
+  }
   y << "engine:\n"
     << "  backend: " << c.engine.backend << "\n"
     << "  threads: " << c.engine.threads << "\n";

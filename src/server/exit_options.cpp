@@ -1,0 +1,172 @@
+#include "server/exit_options.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace helios::server {
+namespace {
+
+constexpr ExitPolicy kPolicies[] = {ExitPolicy::kFull, ExitPolicy::kPerToken,
+                                    ExitPolicy::kBatchSync, ExitPolicy::kFixedDepth,
+                                    ExitPolicy::kSelfSpeculative};
+constexpr ConfidenceMeasure kMeasures[] = {
+    ConfidenceMeasure::kTop1Prob, ConfidenceMeasure::kMargin, ConfidenceMeasure::kEntropy,
+    ConfidenceMeasure::kProbe, ConfidenceMeasure::kSaturation};
+constexpr int32_t kMaxDraftTokens = 16;  // as the config allows
+
+Status field_error(std::string_view prefix, std::string_view key, const std::string& what) {
+  return invalid_argument(std::string(prefix) + std::string(key) + ": " + what);
+}
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+std::string join_layers(const std::vector<int32_t>& layers) {
+  std::string out;
+  for (int32_t l : layers) out += (out.empty() ? "" : ", ") + std::to_string(l);
+  return out;
+}
+
+std::string policy_names(const std::vector<ExitPolicy>& policies) {
+  std::string out;
+  for (ExitPolicy p : policies) out += (out.empty() ? "" : ", ") + std::string(exit_policy_name(p));
+  return out;
+}
+
+bool needs_exit_points(ExitPolicy policy) {
+  return policy == ExitPolicy::kPerToken || policy == ExitPolicy::kBatchSync ||
+         policy == ExitPolicy::kSelfSpeculative;
+}
+
+// Policy and measure names: the spellings early_exit.h gives, listed when one is unknown.
+StatusOr<ExitPolicy> policy_from_name(const std::string& name) {
+  for (ExitPolicy p : kPolicies) {
+    if (name == exit_policy_name(p)) return p;
+  }
+  return field_error("exit.", "policy", "unknown policy '" + name + "'; valid: " +
+                                            policy_names({std::begin(kPolicies), std::end(kPolicies)}));
+}
+
+StatusOr<ConfidenceMeasure> measure_from_name(const std::string& name) {
+  std::string valid;
+  for (ConfidenceMeasure m : kMeasures) {
+    if (name == confidence_measure_name(m)) return m;
+    valid += (valid.empty() ? "" : ", ") + std::string(confidence_measure_name(m));
+  }
+  return field_error("exit.", "measure", "unknown measure '" + name + "'; valid: " + valid);
+}
+
+// A server with allow_request_override off takes only options that leave its default as it is,
+// so clients that always send their settings keep working against it.
+Status check_unchanged(const ExitRule& merged, const ExitRule& def) {
+  std::string_view key;
+  if (merged.policy != def.policy) key = "policy";
+  else if (merged.measure != def.measure) key = "measure";
+  else if (merged.threshold != def.threshold) key = "threshold";
+  else if (merged.depth != def.depth) key = "depth";
+  else if (merged.draft_tokens != def.draft_tokens) key = "draft_tokens";
+  if (key.empty()) return ok_status();
+  return field_error("exit.", key, "this server does not let requests change this model's exit rule "
+                                   "(its early_exit.allow_request_override is false); leave exit unset "
+                                   "to get the default (GetModelInfo.default_exit)");
+}
+
+}  // namespace
+
+StatusOr<ExitRule> resolve_exit_rule(ExitRule rule, const Model& model, std::string_view field_prefix) {
+  const std::vector<int32_t>& points = model.exit_layers();
+  const int32_t loaded = model.n_layers_loaded();
+  const std::string policy = exit_policy_name(rule.policy);
+  if (needs_exit_points(rule.policy) && points.empty()) {
+    return field_error(field_prefix, "policy", "'" + policy + "' needs exit points, and this model has "
+                                               "none below its loaded depth (" + std::to_string(loaded) +
+                                               "); the server's config sets them in "
+                                               "models[].early_exit.exits or exit_every");
+  }
+  if (rule.policy == ExitPolicy::kFixedDepth) {
+    if (rule.depth == 0) rule.depth = loaded;  // the Helios mode: the loaded prefix is the depth
+    if (rule.depth != loaded && std::find(points.begin(), points.end(), rule.depth) == points.end()) {
+      return field_error(field_prefix, "depth", "fixed-depth needs an exit point or the loaded depth, got " +
+                                                    std::to_string(rule.depth) + "; valid: " +
+                                                    (points.empty() ? "" : join_layers(points) + " or ") +
+                                                    std::to_string(loaded));
+    }
+  } else if (rule.policy == ExitPolicy::kSelfSpeculative) {
+    if (rule.depth == 0) rule.depth = points.front();
+    if (std::find(points.begin(), points.end(), rule.depth) == points.end()) {
+      return field_error(field_prefix, "depth", "self-speculative drafts at an exit point, got " +
+                                                    std::to_string(rule.depth) + "; valid: " +
+                                                    join_layers(points));
+    }
+  }
+  // What only the model knows (probes at every exit, ...).
+  if (Status s = model.check_exit_rule(rule); !s.ok()) {
+    std::string where(field_prefix);
+    where.pop_back();  // "exit." → "exit"
+    return invalid_argument(where + ": this model cannot run policy " + policy + " with measure " +
+                            confidence_measure_name(rule.measure) + " (depth " +
+                            std::to_string(rule.depth) + "): " + s.message());
+  }
+  return rule;
+}
+
+StatusOr<ExitRule> exit_rule_for_request(const v1::ExitOptions& o, const EarlyExitConfig& config,
+                                         const Model& model) {
+  ExitRule rule = config.default_rule;
+  if (!o.policy().empty()) {
+    HELIOS_ASSIGN_OR_RETURN(rule.policy, policy_from_name(o.policy()));
+  }
+  if (!o.measure().empty()) {
+    HELIOS_ASSIGN_OR_RETURN(rule.measure, measure_from_name(o.measure()));
+  }
+  const bool threshold_given = o.threshold_set() || o.threshold() != 0;
+  if (threshold_given) {
+    if (!(o.threshold() >= 0 && o.threshold() <= 1)) {  // NaN fails too
+      return field_error("exit.", "threshold", "must be in [0, 1] (1 = never early), got " + num(o.threshold()));
+    }
+    rule.threshold = o.threshold();
+  }
+  if (o.depth() < 0) {
+    return field_error("exit.", "depth", "must be >= 0 (0 = the model's default), got " + std::to_string(o.depth()));
+  }
+  if (o.depth() > 0) rule.depth = o.depth();
+  if (o.draft_tokens() != 0) {
+    if (o.draft_tokens() < 1 || o.draft_tokens() > kMaxDraftTokens) {
+      return field_error("exit.", "draft_tokens", "must be in 1.." + std::to_string(kMaxDraftTokens) +
+                                                      " (0 = the model's default), got " +
+                                                      std::to_string(o.draft_tokens()));
+    }
+    rule.draft_tokens = o.draft_tokens();
+  }
+
+  // The server's limits.
+  if (!config.allow_request_override) {
+    HELIOS_RETURN_IF_ERROR(check_unchanged(rule, config.default_rule));
+  }
+  const auto& allowed = config.allowed_policies;
+  if (!o.policy().empty() && !allowed.empty() &&
+      std::find(allowed.begin(), allowed.end(), rule.policy) == allowed.end()) {
+    return field_error("exit.", "policy", "'" + o.policy() + "' is not allowed on this server; allowed: " +
+                                              policy_names(allowed));
+  }
+  if (threshold_given && rule.threshold < config.min_threshold) {
+    return field_error("exit.", "threshold", num(rule.threshold) + " is below this server's minimum " +
+                                                 num(config.min_threshold));
+  }
+  return resolve_exit_rule(rule, model, "exit.");
+}
+
+void to_exit_options(const ExitRule& rule, v1::ExitOptions* out) {
+  out->set_policy(exit_policy_name(rule.policy));
+  out->set_measure(confidence_measure_name(rule.measure));
+  out->set_threshold(rule.threshold);
+  out->set_threshold_set(true);
+  out->set_depth(rule.depth);
+  out->set_draft_tokens(rule.draft_tokens);
+}
+
+}  // namespace helios::server
