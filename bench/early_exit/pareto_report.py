@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Merges the early-exit benchmark: helios-bench serving runs (one per policy point, `full` first)
+and `helios eval` quality rows, into OUT.md, OUT.json and OUT_pareto.png (serving speed-up vs
+perplexity increase, with the Pareto front).
+
+Serving labels name the point: full, per-token-<measure>-<threshold>, batch-sync-<measure>-<threshold>,
+fixed-depth-<depth>, self-speculative-<depth>."""
+import argparse
+import json
+import sys
+
+
+def parse_label(label):
+    """label -> (policy, measure, threshold, depth); None where the policy has no such setting."""
+    if label == "full":
+        return ("full", None, None, None)
+    for policy in ("per-token", "batch-sync"):
+        if label.startswith(policy + "-"):
+            measure, threshold = label[len(policy) + 1:].rsplit("-", 1)
+            return (policy, measure, float(threshold), None)
+    for policy in ("fixed-depth", "self-speculative"):
+        if label.startswith(policy + "-"):
+            return (policy, None, None, int(label[len(policy) + 1:]))
+    raise ValueError(f"unknown point label {label!r}")
+
+
+def eval_key(row):
+    policy = row["policy"]
+    if policy in ("per-token", "batch-sync"):
+        return (policy, row["measure"], round(float(row["threshold"]), 4), None)
+    if policy in ("fixed-depth", "self-speculative"):
+        return (policy, None, None, int(row["depth"]))
+    return ("full", None, None, None)
+
+
+def pareto_front(points):
+    """Points (quality loss, speed-up) not beaten on both by another point."""
+    front = []
+    for p in sorted(points, key=lambda p: (p[0], -p[1])):
+        if not front or p[1] > front[-1][1]:
+            front.append(p)
+    return front
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--serving", required=True, help="helios-bench compare-mode JSON")
+    ap.add_argument("--eval", nargs="+", required=True, help="helios eval --json files")
+    ap.add_argument("--command", default="", help="the command that produced the run, for the report")
+    ap.add_argument("--out", required=True, help="output path without extension")
+    args = ap.parse_args()
+
+    serving = json.load(open(args.serving))
+    quality = {}
+    eval_meta = None
+    for path in args.eval:
+        doc = json.load(open(path))
+        eval_meta = eval_meta or {k: doc.get(k) for k in ("model", "n_layers", "heads")}
+        for row in doc["rows"]:
+            quality.setdefault(eval_key(row), row)
+
+    runs = serving["runs"]
+    base = next((r for r in runs if r["label"] == "full"), None)
+    if base is None:
+        sys.exit("pareto_report: the serving runs have no 'full' baseline")
+    base_tps = base["summary"]["output_throughput"]
+    points = []
+    for run in runs:
+        key = parse_label(run["label"])
+        q = quality.get(key, {})
+        s = run["summary"]
+        points.append({
+            "label": run["label"],
+            "policy": key[0],
+            "output_tok_s": s["output_throughput"],
+            "speedup": s["output_throughput"] / base_tps if base_tps else 0.0,
+            "median_tpot_ms": s.get("median_tpot_ms"),
+            "completed": s.get("completed"),
+            "failed": s.get("failed"),
+            "perplexity": q.get("perplexity"),
+            "perplexity_increase_pct": 0.0 if key[0] == "full" else q.get("perplexity_increase_pct"),
+            "agreement": 1.0 if key[0] == "full" else q.get("agreement"),
+            "mean_exit_layer": q.get("mean_exit_layer"),
+            "layers_per_token": q.get("layers_per_token"),
+            "lm_head_rows_per_token": q.get("lm_head_rows_per_token"),
+            "eval_decode_speedup": 1.0 if key[0] == "full" else q.get("speedup"),
+        })
+
+    def fmt(v, spec):
+        return "n/a" if v is None else format(v, spec)
+
+    lines = [
+        "# Early exit on the CPU: serving speed-up vs quality, per policy",
+        "",
+        f"Command: `{args.command}`  ",
+        f"Commit: {serving.get('commit')}  ",
+        f"Model: {eval_meta.get('model')} ({eval_meta.get('n_layers')} layers), heads: {eval_meta.get('heads')}  ",
+        f"Machine: {serving.get('machine')}",
+        "",
+        "Serving: helios-bench compare mode, every server gets the same ShareGPT prompts at the same "
+        "concurrency; speed-up = output tok/s / full's. Quality: `helios eval` on held-out ShareGPT text "
+        "(teacher-forced perplexity; greedy agreement = positions equal to full's generation).",
+        "",
+        "| point | serving out tok/s | speed-up | median TPOT ms | ppl | ppl increase % | agreement | mean exit layer | layers/token | LM-head rows/token |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p in points:
+        lines.append(
+            f"| {p['label']} | {fmt(p['output_tok_s'], '.1f')} | {fmt(p['speedup'], '.2f')}x | "
+            f"{fmt(p['median_tpot_ms'], '.1f')} | {fmt(p['perplexity'], '.3f')} | "
+            f"{fmt(p['perplexity_increase_pct'], '+.1f')} | {fmt(p['agreement'], '.3f')} | "
+            f"{fmt(p['mean_exit_layer'], '.1f')} | {fmt(p['layers_per_token'], '.1f')} | "
+            f"{fmt(p['lm_head_rows_per_token'], '.2f')} |")
+    scored = [(p["perplexity_increase_pct"], p["speedup"], p["label"]) for p in points
+              if p["perplexity_increase_pct"] is not None]
+    front = pareto_front(scored)
+    lines += ["", "Pareto front (no other point is both faster and closer to full's perplexity): " +
+              ", ".join(f"{label} ({speed:.2f}x, {loss:+.1f}% ppl)" for loss, speed, label in front)]
+    open(args.out + ".md", "w").write("\n".join(lines) + "\n")
+    json.dump({"command": args.command, "commit": serving.get("commit"), "machine": serving.get("machine"),
+               "eval": eval_meta, "points": points, "pareto_front": [p[2] for p in front]},
+              open(args.out + ".json", "w"), indent=2)
+
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("pareto_report: matplotlib missing, no plot (apt-get install python3-matplotlib)", file=sys.stderr)
+    else:
+        fig, ax = plt.subplots(figsize=(8, 5.5))
+        colors = {}
+        for loss, speed, label in scored:
+            policy = parse_label(label)[0]
+            color = colors.setdefault(policy, f"C{len(colors)}")
+            ax.scatter(loss, speed, color=color, label=policy)  # repeated labels merge in the legend
+            ax.annotate(label, (loss, speed), fontsize=7, xytext=(4, 3), textcoords="offset points")
+        if len(front) > 1:
+            ax.plot([p[0] for p in front], [p[1] for p in front], "k--", linewidth=0.8, label="Pareto front")
+        ax.axhline(1.0, color="grey", linewidth=0.6)
+        ax.set_xlabel("perplexity increase vs full (%)")
+        ax.set_ylabel("serving output tok/s speed-up vs full")
+        ax.set_title("Early exit, SmolLM2-135M Q4_1 on the CPU")
+        handles, names = ax.get_legend_handles_labels()
+        unique = dict(zip(names, handles))
+        ax.legend(unique.values(), unique.keys(), fontsize=8)
+        fig.tight_layout()
+        fig.savefig(args.out + "_pareto.png", dpi=120)
+    print("\n".join(lines))
+    print(f"wrote {args.out}.md, {args.out}.json, {args.out}_pareto.png", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
