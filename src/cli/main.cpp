@@ -15,6 +15,8 @@ struct Command {
 
 constexpr Command kCommands[] = {
     {"generate", helios::cli::cmd_generate, "generate text from a prompt with a local model"},
+    {"calibrate", helios::cli::cmd_calibrate, "fit exit heads (adapters, probes) on calibration text"},
+    {"eval", helios::cli::cmd_eval, "compare early-exit policies with the full model: perplexity, agreement, speed"},
     {"inspect", helios::cli::cmd_inspect, "show a GGUF file's metadata, tensors and size"},
     {"convert-llama2c", helios::cli::cmd_convert_llama2c, "convert a llama2.c checkpoint to GGUF"},
     {"make-synthetic", helios::cli::cmd_make_synthetic, "write a seeded random-weight model of any shape"},
@@ -34,7 +36,9 @@ void print_help() {
       "\n'helios <command> --help' explains a command's options.\n\n"
       "example:\n"
       "  helios generate --model models/SmolLM2-135M-Instruct.Q4_1.gguf --chat \\\n"
-      "      --prompt \"What is the capital of France?\"\n");
+      "      --prompt \"What is the capital of France?\"\n"
+      "  helios calibrate --exits 4,8,12,16,20,24,28 --text prompts.json   # writes MODEL.exits.gguf\n"
+      "  helios eval --text held_out.json --policy per-token,self-speculative --threshold 0.7,0.9\n");
 }
 
 }  // namespace

@@ -6,16 +6,20 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "helios/calibrate.h"
+
 namespace helios::cli {
 
-void add_model_options(Args& args) {
+void add_model_options(Args& args, bool heads_option) {
   args.option("model", "PATH", "GGUF model file", "models/SmolLM2-135M-Instruct.Q4_1.gguf")
       .option("threads", "N", "CPU threads; 0 = one per core", "0")
       .option("load-layers", "N", "load only the first N layers (fixed-depth's memory saving); 0 = all", "0")
       .option("exits", "L1,L2,..", "exit layers (after that many blocks); default: the heads file's, else every 4th")
       .option("exit-every", "K", "exit after every K-th layer (with --exit-min)", "0")
-      .option("exit-min", "L", "the first exit layer for --exit-every", "1")
-      .option("heads", "PATH", "exit heads from `helios calibrate`; 'none' = logit lens; default: MODEL.exits.gguf if present", "auto");
+      .option("exit-min", "L", "the first exit layer for --exit-every", "1");
+  if (heads_option) {
+    args.option("heads", "PATH", "exit heads from `helios calibrate`; 'none' = logit lens; default: MODEL.exits.gguf if present", "auto");
+  }
 }
 
 void add_exit_rule_options(Args& args) {
@@ -101,10 +105,11 @@ StatusOr<LoadedModel> load_model(const Args& args) {
   Model& m = *out.model;
 
   // Exit heads: the named file, or the sidecar next to the model when there is one.
+  // Without a --heads option (calibrate, which fits them) the exits use the logit lens.
   std::string heads = args.str("heads");
+  if (heads.empty()) heads = "none";
   if (heads == "auto") {
-    const std::filesystem::path p(path);
-    const std::string sidecar = (p.parent_path() / p.stem()).string() + ".exits.gguf";
+    const std::string sidecar = default_exit_heads_path(path);
     heads = std::filesystem::exists(sidecar) ? sidecar : "none";
   }
   ExitHeadSet set;

@@ -12,8 +12,8 @@
 namespace helios::cli {
 
 // --model, --threads, --load-layers, and the exit points/heads (--exits, --exit-every,
-// --exit-min, --heads).
-void add_model_options(Args& args);
+// --exit-min, and --heads unless heads_option is false).
+void add_model_options(Args& args, bool heads_option = true);
 // --policy, --threshold, --depth, --measure, --draft-tokens.
 void add_exit_rule_options(Args& args);
 

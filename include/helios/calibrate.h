@@ -1,0 +1,92 @@
+// Calibration of exit heads (`helios calibrate`): run the model teacher-forced over some text,
+// keep the hidden states at each exit and at the last layer, and fit per exit
+//   - an affine adapter h_k → h_L (kept only when it beats the logit lens on held-out tokens),
+//   - a logistic probe on h_k / rms(h_k) predicting "this exit's top-1 is the final top-1".
+// The result is an ExitHeadSet for save_exit_heads. Text loading and tokenizing into sequences
+// are shared with `helios eval` (evaluate.h).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "helios/early_exit.h"
+#include "helios/model.h"
+
+namespace helios {
+
+// Progress lines for a terminal (no newline at the end); may be null.
+using ProgressLog = std::function<void(const std::string&)>;
+
+// --- Text
+// The documents of a text file. .json / .jsonl: conversations ("conversations"/"messages" turns
+// joined), question + answer (GSM8K), "prompt"/"text"/"instruction"/"content" fields, and
+// otherwise every string value of 32+ characters; other files: plain text, one document per
+// paragraph (split on blank lines). NOT_FOUND / INVALID_ARGUMENT naming the file.
+StatusOr<std::vector<std::string>> load_text_documents(const std::string& path);
+
+// Tokenizes documents into sequences of at most seq_len tokens (each document's first one with
+// the tokenizer's BOS), max_tokens in all. The first chunk of every document comes before the
+// second chunk of any, so a few long documents do not crowd out the rest. Sequences shorter than
+// 2 tokens are dropped (nothing to predict).
+std::vector<std::vector<TokenId>> make_token_sequences(const Tokenizer& tok, const std::vector<std::string>& documents,
+                                                       int32_t seq_len, int64_t max_tokens);
+
+// <model without .gguf>.exits.gguf: where `helios calibrate` writes and the CLI's heads "auto" looks.
+std::string default_exit_heads_path(const std::string& model_path);
+
+// --- Hidden states
+// The teacher-forced pass over the sequences (full policy, every row), one forward per sequence.
+struct HiddenStates {
+  int32_t n_embd = 0;
+  std::vector<int32_t> layers;               // captured layers, ascending; the last is n_layer
+  std::vector<std::vector<float>> states;    // per layer: [n_tokens, n_embd], the state after it
+  std::vector<int32_t> final_top1;           // [n_tokens] argmax of the model's own logits
+  std::vector<int32_t> sequence;             // [n_tokens] index of the token's sequence
+
+  int64_t n_tokens() const { return static_cast<int64_t>(final_top1.size()); }
+  const std::vector<float>& at(int32_t layer) const;  // states of a captured layer
+};
+// INVALID_ARGUMENT for a layer outside 1..n_layer, or a model loaded short of its depth.
+StatusOr<HiddenStates> collect_hidden_states(Model& model, const std::vector<std::vector<TokenId>>& sequences,
+                                             const std::vector<int32_t>& exit_layers, const ProgressLog& log = nullptr);
+
+// Top-1 token of the exit head lm_head(final_norm(W h + b)) for rows h [n, n_embd]; an empty w
+// is the identity (logit lens). Runs on the model's backend with its own (possibly quantized) LM
+// head, the same ops as Model::forward's exit heads.
+StatusOr<std::vector<int32_t>> exit_head_top1(Model& model, const float* hidden, int64_t n_rows,
+                                              const std::vector<float>& w, const std::vector<float>& b);
+
+// --- Fitting
+struct CalibrationOptions {
+  float ridge = 1e-3f;           // fit_affine_adapter's ridge (scaled by the fit tokens)
+  float probe_l2 = 0.1f;         // fit_logistic_probe's l2 (smaller overfits 576-wide features)
+  int32_t probe_iterations = 25;
+  int32_t held_out_every = 5;    // every 5th sequence (or token, with < 5 sequences) is held out
+  ProgressLog log;
+};
+
+// One exit's calibration, measured on the held-out tokens.
+struct ExitCalibration {
+  int32_t layer = 0;
+  double lens_agreement = 0;     // logit lens top-1 == final top-1
+  double adapter_agreement = 0;  // fitted adapter top-1 == final top-1
+  bool adapter_kept = false;     // adapter_agreement > lens_agreement; else the head is the identity
+  double probe_accuracy = 0;     // probe (score >= 0.5) predicts the kept head's agreement
+  double base_rate = 0;          // fraction where the kept head agrees
+  int64_t n_fit = 0, n_held_out = 0;
+};
+
+struct CalibrationResult {
+  ExitHeadSet heads;
+  std::vector<ExitCalibration> exits;  // by layer, as heads.heads
+};
+
+// Fits every exit in `data` (all captured layers but the last). The model supplies the LM head.
+StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& data, const CalibrationOptions& options);
+
+// Markdown table: layer | logit-lens agreement | adapter agreement | head kept | probe accuracy | base rate.
+std::string calibration_table(const CalibrationResult& result);
+
+}  // namespace helios

@@ -1,0 +1,295 @@
+// Exit-head calibration: collect hidden states teacher-forced, then per exit fit the affine
+// adapter (kept only when it beats the logit lens on held-out tokens) and the agreement probe.
+#include "helios/calibrate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "helios/sampler.h"
+
+namespace helios {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+constexpr int32_t kBlockSize = 16;    // KV cache tokens per block for the calibration pass
+constexpr int64_t kHeadChunkRows = 256;  // rows per exit-head pass: bounds the [rows, n_vocab] logits
+
+void say(const ProgressLog& log, const std::string& line) {
+  if (log) log(line);
+}
+
+std::string fmt(const char* format, double a, double b = 0, double c = 0, double d = 0) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, format, a, b, c, d);
+  return buf;
+}
+
+// rows[i] of a [*, d] matrix, gathered into [rows.size(), d].
+std::vector<float> gather_rows(const std::vector<float>& m, const std::vector<int64_t>& rows, int32_t d) {
+  std::vector<float> out(rows.size() * static_cast<size_t>(d));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::copy_n(m.data() + static_cast<size_t>(rows[i]) * d, d, out.data() + i * d);
+  }
+  return out;
+}
+
+double agreement(const std::vector<int32_t>& top1, const std::vector<int32_t>& final_top1,
+                 const std::vector<int64_t>& rows) {
+  int64_t same = 0;
+  for (size_t i = 0; i < rows.size(); ++i) same += top1[i] == final_top1[rows[i]];
+  return rows.empty() ? 0.0 : static_cast<double>(same) / static_cast<double>(rows.size());
+}
+
+}  // namespace
+
+const std::vector<float>& HiddenStates::at(int32_t layer) const {
+  const auto it = std::find(layers.begin(), layers.end(), layer);
+  return states.at(static_cast<size_t>(it - layers.begin()));
+}
+
+StatusOr<HiddenStates> collect_hidden_states(Model& model, const std::vector<std::vector<TokenId>>& sequences,
+                                             const std::vector<int32_t>& exit_layers, const ProgressLog& log) {
+  const ModelConfig& c = model.config();
+  if (model.n_layers_loaded() != c.n_layer) {
+    return invalid_argument("calibration needs every layer loaded (" + std::to_string(model.n_layers_loaded()) +
+                            " of " + std::to_string(c.n_layer) + " are): the adapters map onto the last layer; "
+                            "load the whole model (no --load-layers)");
+  }
+  HiddenStates out;
+  out.n_embd = c.n_embd;
+  out.layers = exit_layers;
+  std::sort(out.layers.begin(), out.layers.end());
+  out.layers.erase(std::unique(out.layers.begin(), out.layers.end()), out.layers.end());
+  for (int32_t l : out.layers) {
+    if (l < 1 || l >= c.n_layer) {
+      return invalid_argument("exit layer " + std::to_string(l) + " is outside 1.." + std::to_string(c.n_layer - 1) +
+                              " (layer " + std::to_string(c.n_layer) + " is the model's own head)");
+    }
+  }
+  if (out.layers.empty()) return invalid_argument("no exit layers to calibrate (give --exits or --exit-every)");
+  out.layers.push_back(c.n_layer);
+  if (sequences.empty()) return invalid_argument("no calibration tokens: the text gave no sequence of 2+ tokens");
+
+  size_t max_len = 0, total = 0;
+  for (const auto& s : sequences) {
+    max_len = std::max(max_len, s.size());
+    total += s.size();
+  }
+  if (static_cast<int64_t>(max_len) > c.n_ctx_train) {
+    return invalid_argument("calibration sequences of " + std::to_string(max_len) + " tokens exceed the model's context (" +
+                            std::to_string(c.n_ctx_train) + "); use a smaller --seq-len");
+  }
+  // One sequence at a time: a cache for the longest, reused (each pass rewrites positions 0..n-1
+  // before attending to them).
+  const int32_t n_blocks = blocks_for_tokens(static_cast<int32_t>(max_len), kBlockSize);
+  HELIOS_ASSIGN_OR_RETURN(auto kv, KvCacheStorage::create(model.backend(), c, n_blocks, kBlockSize));
+  BlockAllocator allocator(n_blocks);
+  BlockTable table;
+  if (!reserve_tokens(allocator, table, static_cast<int32_t>(max_len), kBlockSize)) {
+    return internal_error("KV blocks sized for the longest calibration sequence ran out");
+  }
+
+  out.states.assign(out.layers.size(), {});
+  for (auto& s : out.states) s.reserve(total * c.n_embd);
+  out.final_top1.reserve(total);
+  const auto t0 = Clock::now();
+  size_t done = 0, next_report = total / 10;
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    ForwardBatch batch;
+    batch.capture_layers = out.layers;
+    SequenceBatchEntry e;
+    e.tokens = sequences[s];
+    e.blocks = &table;
+    e.logits = LogitsWanted::kAll;
+    batch.seqs.push_back(std::move(e));
+    HELIOS_ASSIGN_OR_RETURN(ForwardResult fr, model.forward(batch, kv));
+    for (size_t r = 0; r < fr.row_seq.size(); ++r) {
+      out.final_top1.push_back(argmax(fr.row(r), fr.n_vocab));
+      out.sequence.push_back(static_cast<int32_t>(s));
+    }
+    for (size_t i = 0; i < out.layers.size(); ++i) {
+      out.states[i].insert(out.states[i].end(), fr.captured[i].begin(), fr.captured[i].end());
+    }
+    done += sequences[s].size();
+    if (done >= next_report || s + 1 == sequences.size()) {
+      const double t = seconds_since(t0);
+      say(log, fmt("calibrate: %.0f/%.0f tokens through the model (%.1f s, %.0f tok/s)", static_cast<double>(done),
+                   static_cast<double>(total), t, done / std::max(t, 1e-9)));
+      next_report = done + total / 10;
+    }
+  }
+  return out;
+}
+
+StatusOr<std::vector<int32_t>> exit_head_top1(Model& model, const float* hidden, int64_t n_rows,
+                                              const std::vector<float>& w, const std::vector<float>& b) {
+  Backend& be = model.backend();
+  const ModelConfig& c = model.config();
+  const int32_t d = c.n_embd;
+  const bool adapter = !w.empty();
+  if (adapter && (w.size() != static_cast<size_t>(d) * d || b.size() != static_cast<size_t>(d))) {
+    return invalid_argument("exit_head_top1: the adapter must be [n_embd, n_embd] with an [n_embd] bias (n_embd " +
+                            std::to_string(d) + ")");
+  }
+  const int64_t chunk = std::min<int64_t>(kHeadChunkRows, std::max<int64_t>(n_rows, 1));
+  Buffer in(&be, chunk * d);                          // [chunk, n_embd] h, then the normed head input
+  Buffer mid(&be, chunk * d);                         // [chunk, n_embd] W h + b, or norm(h)
+  Buffer logits(&be, static_cast<size_t>(chunk) * c.n_vocab);  // [chunk, n_vocab]
+  Buffer weight, bias;
+  if (adapter) {
+    weight = Buffer(&be, w.size());
+    bias = Buffer(&be, b.size());
+  }
+  if (in.empty() || mid.empty() || logits.empty() || (adapter && (weight.empty() || bias.empty()))) {
+    return resource_exhausted("no backend memory for an exit-head pass of " + std::to_string(chunk) + " rows");
+  }
+  WeightMatrix view;
+  if (adapter) {
+    be.upload(weight.data(), w.data(), w.size());
+    be.upload(bias.data(), b.data(), b.size());
+    view = {weight.data(), TensorType::kF32, d, d};
+  }
+  std::vector<int32_t> top1(n_rows);
+  std::vector<float> prob(chunk), margin(chunk), entropy(chunk);
+  for (int64_t start = 0; start < n_rows; start += chunk) {
+    const auto rows = static_cast<int32_t>(std::min(chunk, n_rows - start));
+    be.upload(in.data(), hidden + start * d, static_cast<size_t>(rows) * d);
+    float* normed = mid.data();
+    if (adapter) {  // as Model::forward's exit head: W h + b, then the final norm and LM head
+      be.matmul(in.data(), view, rows, mid.data());
+      for (int32_t r = 0; r < rows; ++r) be.add(mid.data() + static_cast<int64_t>(r) * d, bias.data(), d);
+      normed = in.data();
+      be.rmsnorm(mid.data(), model.weights().output_norm.data(), rows, d, c.rms_eps, normed);
+    } else {
+      be.rmsnorm(in.data(), model.weights().output_norm.data(), rows, d, c.rms_eps, normed);
+    }
+    be.matmul(normed, model.weights().output.view, rows, logits.data());
+    be.exit_stats(logits.data(), rows, c.n_vocab, top1.data() + start, prob.data(), margin.data(), entropy.data());
+  }
+  return top1;
+}
+
+StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& data, const CalibrationOptions& opt) {
+  const ModelConfig& c = model.config();
+  const int32_t d = data.n_embd;
+  if (d != c.n_embd) return invalid_argument("hidden states of width " + std::to_string(d) + " for a model of " + std::to_string(c.n_embd));
+  if (data.layers.size() < 2 || data.layers.back() != c.n_layer) {
+    return invalid_argument("fit_exit_heads needs states at the exits and at the last layer (collect_hidden_states)");
+  }
+  if (opt.held_out_every < 2) return invalid_argument("held_out_every must be >= 2, got " + std::to_string(opt.held_out_every));
+
+  // Held-out tokens: whole sequences when there are enough of them (neighbouring tokens are
+  // alike, so a token interleave would flatter the fit), else every k-th token.
+  const int64_t n = data.n_tokens();
+  const int32_t n_sequences = data.sequence.empty() ? 0 : data.sequence.back() + 1;
+  const int32_t k = opt.held_out_every;
+  std::vector<int64_t> fit_rows, held_rows;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool held = n_sequences >= k ? data.sequence[i] % k == k - 1 : i % k == k - 1;
+    (held ? held_rows : fit_rows).push_back(i);
+  }
+  if (static_cast<int64_t>(fit_rows.size()) < 2 * d / 8 || held_rows.size() < 16) {
+    say(opt.log, fmt("calibrate: warning: only %.0f fit and %.0f held-out tokens for width %.0f; the fits will be "
+                     "noisy (use more --max-tokens)", static_cast<double>(fit_rows.size()),
+                     static_cast<double>(held_rows.size()), d));
+  }
+  if (fit_rows.size() < 2 || held_rows.empty()) {
+    return invalid_argument("too few calibration tokens (" + std::to_string(n) + ") to split into fit and held-out sets");
+  }
+  std::vector<int32_t> final_fit(fit_rows.size()), final_held(held_rows.size());
+  for (size_t i = 0; i < fit_rows.size(); ++i) final_fit[i] = data.final_top1[fit_rows[i]];
+  for (size_t i = 0; i < held_rows.size(); ++i) final_held[i] = data.final_top1[held_rows[i]];
+  const std::vector<float> y_fit = gather_rows(data.states.back(), fit_rows, d);
+
+  CalibrationResult result;
+  result.heads.model_name = c.name;
+  result.heads.n_layer = c.n_layer;
+  result.heads.n_embd = c.n_embd;
+  for (size_t li = 0; li + 1 < data.layers.size(); ++li) {
+    const auto t0 = Clock::now();
+    const int32_t layer = data.layers[li];
+    std::vector<float> x_fit = gather_rows(data.states[li], fit_rows, d);
+    const std::vector<float> x_held = gather_rows(data.states[li], held_rows, d);
+    ExitCalibration cal;
+    cal.layer = layer;
+    cal.n_fit = static_cast<int64_t>(fit_rows.size());
+    cal.n_held_out = static_cast<int64_t>(held_rows.size());
+
+    // Adapter vs logit lens on the held-out tokens.
+    std::vector<float> w, b;
+    HELIOS_RETURN_IF_ERROR(fit_affine_adapter(x_fit.data(), y_fit.data(), cal.n_fit, d, opt.ridge, &w, &b));
+    const double adapter_s = seconds_since(t0);
+    HELIOS_ASSIGN_OR_RETURN(auto lens_held, exit_head_top1(model, x_held.data(), cal.n_held_out, {}, {}));
+    HELIOS_ASSIGN_OR_RETURN(auto adapter_held, exit_head_top1(model, x_held.data(), cal.n_held_out, w, b));
+    std::vector<int64_t> held_index(held_rows.size());
+    for (size_t i = 0; i < held_index.size(); ++i) held_index[i] = static_cast<int64_t>(i);
+    cal.lens_agreement = agreement(lens_held, final_held, held_index);
+    cal.adapter_agreement = agreement(adapter_held, final_held, held_index);
+    cal.adapter_kept = cal.adapter_agreement > cal.lens_agreement;
+    if (!cal.adapter_kept) {
+      w.clear();
+      b.clear();
+    }
+    const std::vector<int32_t>& kept_held = cal.adapter_kept ? adapter_held : lens_held;
+
+    // Probe: does the kept head agree with the final layer? Labels on the fit tokens need the
+    // kept head there too.
+    HELIOS_ASSIGN_OR_RETURN(auto kept_fit, exit_head_top1(model, x_fit.data(), cal.n_fit, w, b));
+    const double heads_s = seconds_since(t0) - adapter_s;
+    std::vector<uint8_t> label_fit(fit_rows.size());
+    for (size_t i = 0; i < fit_rows.size(); ++i) label_fit[i] = kept_fit[i] == final_fit[i];
+    for (int64_t i = 0; i < cal.n_fit; ++i) {  // features h / rms(h), as probe_score reads them
+      float* row = x_fit.data() + i * d;
+      double sum_sq = 0;
+      for (int32_t j = 0; j < d; ++j) sum_sq += static_cast<double>(row[j]) * row[j];
+      const auto inv_rms = static_cast<float>(1.0 / std::sqrt(sum_sq / d + 1e-6));
+      for (int32_t j = 0; j < d; ++j) row[j] *= inv_rms;
+    }
+    ExitHeadParams head;
+    head.layer = layer;
+    HELIOS_RETURN_IF_ERROR(fit_logistic_probe(x_fit.data(), label_fit.data(), cal.n_fit, d, opt.probe_l2,
+                                              opt.probe_iterations, &head.probe_weight, &head.probe_bias));
+    int64_t correct = 0, agree = 0;
+    for (int64_t i = 0; i < cal.n_held_out; ++i) {
+      const bool label = kept_held[i] == final_held[i];
+      agree += label;
+      correct += (probe_score(head, x_held.data() + i * d, d) >= 0.5f) == label;
+    }
+    cal.probe_accuracy = static_cast<double>(correct) / static_cast<double>(cal.n_held_out);
+    cal.base_rate = static_cast<double>(agree) / static_cast<double>(cal.n_held_out);
+
+    head.adapter_weight = std::move(w);
+    head.adapter_bias = std::move(b);
+    head.agreement = static_cast<float>(cal.adapter_kept ? cal.adapter_agreement : cal.lens_agreement);
+    head.probe_accuracy = static_cast<float>(cal.probe_accuracy);
+    head.n_tokens = n;
+    result.heads.heads.push_back(std::move(head));
+    result.exits.push_back(cal);
+    say(opt.log, fmt("calibrate: exit %.0f: logit lens %.3f, adapter %.3f, probe %.3f", layer, cal.lens_agreement,
+                     cal.adapter_agreement, cal.probe_accuracy) +
+                     (cal.adapter_kept ? " (adapter kept" : " (identity kept") +
+                     fmt("; %.1f s: adapter %.1f, heads %.1f, probe %.1f)", seconds_since(t0), adapter_s, heads_s,
+                         seconds_since(t0) - adapter_s - heads_s));
+  }
+  return result;
+}
+
+std::string calibration_table(const CalibrationResult& result) {
+  std::string out =
+      "| layer | logit-lens agreement | adapter agreement (held-out) | head kept | probe accuracy (held-out) | base rate |\n"
+      "|---:|---:|---:|:---|---:|---:|\n";
+  char line[256];
+  for (const ExitCalibration& e : result.exits) {
+    std::snprintf(line, sizeof line, "| %d | %.1f%% | %.1f%% | %s | %.1f%% | %.1f%% |\n", e.layer,
+                  100 * e.lens_agreement, 100 * e.adapter_agreement, e.adapter_kept ? "adapter" : "identity",
+                  100 * e.probe_accuracy, 100 * e.base_rate);
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace helios

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# End to end: `helios calibrate` fits exit heads for stories260K into the sidecar next to the
+# model, then `helios eval` picks them up and compares policies with full.
+# Usage: test_calibrate_eval.sh HELIOS_BINARY SOURCE_DIR
+set -uo pipefail
+HELIOS="$1"
+SRC="$2"
+DATA="$SRC/../shared/data"
+STORIES="$DATA/models/stories260K"
+CAL_TEXT="$DATA/sharegpt/mlenergy_ShareGPT_V3_filtered_1000_prompts.json"
+EVAL_TEXT="$DATA/sharegpt/mlenergy_sg90k_first_prompts_2978_sorted.json"
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+failures=0
+passes=0
+
+check() {  # check NAME CONDITION-COMMAND...
+  local name="$1"; shift
+  if "$@"; then passes=$((passes + 1)); else echo "FAIL: $name"; failures=$((failures + 1)); fi
+}
+contains() { grep -qF -- "$2" "$1"; }
+# The table row of a policy (and threshold): "| per-token | top1 | 1.00 |".
+row() { grep -F -- "| $2 |" "$1" | head -1; }
+
+# The model lives in the work directory so the default sidecar path lands there too.
+if [ -f "$SRC/models/stories260K.gguf" ]; then
+  cp "$SRC/models/stories260K.gguf" "$WORK/stories.gguf"
+else
+  "$HELIOS" convert-llama2c --checkpoint "$STORIES/stories260K.bin" --tokenizer "$STORIES/tok512.bin" \
+    --out "$WORK/stories.gguf" 2> /dev/null
+fi
+MODEL="$WORK/stories.gguf"
+
+# --- help and usage errors
+for cmd in calibrate eval; do
+  "$HELIOS" "$cmd" --help > "$WORK/h_$cmd" 2>&1; check "$cmd --help exits 0" test $? -eq 0
+  check "$cmd --help shows usage" contains "$WORK/h_$cmd" "usage: helios $cmd"
+  check "$cmd --help has examples" contains "$WORK/h_$cmd" "examples:"
+  "$HELIOS" "$cmd" --model "$MODEL" > "$WORK/out" 2> "$WORK/err"
+  check "$cmd without --text exits 2" test $? -eq 2
+  check "$cmd without --text says so" contains "$WORK/err" "--text FILE is required"
+  "$HELIOS" "$cmd" --model "$MODEL" --text "$WORK/missing.txt" > "$WORK/out" 2> "$WORK/err"
+  check "$cmd with a missing text fails" test $? -ne 0
+  check "$cmd names the missing text" contains "$WORK/err" "missing.txt"
+done
+"$HELIOS" --help > "$WORK/help" 2>&1
+check "top-level help lists calibrate" contains "$WORK/help" "calibrate"
+check "top-level help lists eval" contains "$WORK/help" "eval "
+
+# --- calibrate: default output next to the model
+"$HELIOS" calibrate --model "$MODEL" --exits 1,2,3,4 --text "$CAL_TEXT" --max-tokens 4096 --seq-len 128 \
+  --threads 1 > "$WORK/cal.out" 2> "$WORK/cal.err"
+check "calibrate succeeds" test $? -eq 0
+check "calibrate writes MODEL.exits.gguf" test -s "$WORK/stories.exits.gguf"
+check "calibrate prints the table header" contains "$WORK/cal.out" "| layer | logit-lens agreement | adapter agreement (held-out)"
+for layer in 1 2 3 4; do
+  check "calibrate reports exit $layer" test -n "$(grep -E "^\| $layer \| [0-9.]+% \| [0-9.]+% \| (adapter|identity) \|" "$WORK/cal.out")"
+done
+check "calibrate says where it wrote" contains "$WORK/cal.out" "wrote $WORK/stories.exits.gguf"
+check "calibrate reports progress on stderr" contains "$WORK/cal.err" "tokens through the model"
+check "stdout has no progress" test "$(grep -c "through the model" "$WORK/cal.out")" -eq 0
+"$HELIOS" calibrate --model "$MODEL" --exits 5 --text "$CAL_TEXT" --max-tokens 256 > "$WORK/out" 2> "$WORK/err"
+check "calibrate refuses the last layer as an exit" test $? -ne 0
+check "the exit error names the range" contains "$WORK/err" "[1, 4]"
+
+# --- eval: picks up the sidecar; full first; self-speculative and threshold 1 agree with full
+"$HELIOS" eval --model "$MODEL" --text "$EVAL_TEXT" --policy full,per-token,fixed-depth,self-speculative \
+  --threshold 0,1 --depth 2 --max-tokens 1024 --seq-len 128 --prompts 4 --gen-tokens 16 --threads 1 \
+  --json "$WORK/eval.json" > "$WORK/eval.out" 2> "$WORK/eval.err"
+check "eval succeeds" test $? -eq 0
+check "eval uses the calibrated heads" contains "$WORK/eval.err" "stories.exits.gguf"
+check "eval prints the table header" contains "$WORK/eval.out" "| policy | measure | threshold | depth | perplexity |"
+check "full is the first row" test "$(sed -n 3p "$WORK/eval.out" | cut -d'|' -f2 | tr -d ' ')" = "full"
+check "eval has one row per rule" test "$(grep -c 'x |$' "$WORK/eval.out")" -eq 5
+check "self-speculative agrees with full" contains <(row "$WORK/eval.out" "self-speculative") "| 100.0% | 100% |"
+check "threshold 1 agrees with full" contains <(row "$WORK/eval.out" "per-token | top1 | 1.00") "| 100.0% | 100% |"
+check "threshold 1 keeps full depth" contains <(row "$WORK/eval.out" "per-token | top1 | 1.00") "| 5.00 / 5 |"
+check "threshold 0 leaves at the first exit" contains <(row "$WORK/eval.out" "per-token | top1 | 0.00") "| 1.00 / 5 |"
+check "fixed-depth runs at --depth" contains <(row "$WORK/eval.out" "fixed-depth") "| 2.00 / 5 |"
+check "eval reports progress on stderr" contains "$WORK/eval.err" "eval: self-speculative"
+check "eval writes valid JSON with every row" \
+  python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert len(j['rows'])==5 and j['rows'][0]['policy']=='full'" "$WORK/eval.json"
+
+# --- the probe measure needs calibrated heads
+"$HELIOS" eval --model "$MODEL" --text "$EVAL_TEXT" --policy per-token --measure probe --threshold 0.5 \
+  --max-tokens 512 --prompts 2 --gen-tokens 8 --threads 1 > "$WORK/probe.out" 2> "$WORK/probe.err"
+check "eval with the probe measure succeeds" test $? -eq 0
+check "probe row present" contains "$WORK/probe.out" "| per-token | probe | 0.50 |"
+"$HELIOS" eval --model "$MODEL" --heads none --text "$EVAL_TEXT" --policy per-token --measure probe \
+  --max-tokens 512 --prompts 2 --gen-tokens 8 > "$WORK/out" 2> "$WORK/err"
+check "the probe without heads is refused" test $? -ne 0
+check "the refusal says to calibrate" contains "$WORK/err" "helios calibrate"
+
+echo "$passes passed, $failures failed"
+test "$failures" -eq 0

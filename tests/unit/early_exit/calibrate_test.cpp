@@ -1,0 +1,194 @@
+// Calibration end to end on stories260K: text loading in every supported shape, the hidden-state
+// collection, the per-exit fits, the sidecar round trip, and the host exit head matching the
+// forward pass's exit head.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "helios/calibrate.h"
+#include "helios/sampler.h"
+#include "stories_model.h"
+
+namespace helios {
+namespace {
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = testing::temp_dir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(CalibrationText, PlainTextSplitsOnBlankLines) {
+  const auto docs = load_text_documents(write_file("plain.txt", "first line\nsame paragraph\n\n  \nsecond\n\n\nthird\n"));
+  ASSERT_TRUE(docs.ok()) << docs.status().to_string();
+  EXPECT_EQ(*docs, (std::vector<std::string>{"first line\nsame paragraph", "second", "third"}));
+}
+
+TEST(CalibrationText, ConversationsAreOneDocumentWithTheirTurnsJoined) {
+  // The ShareGPT shape: a JSON list of {id, conversations: [{from, value}]}.
+  const auto docs = load_text_documents(write_file(
+      "sharegpt.json",
+      R"([{"id": "a1", "conversations": [{"from": "human", "value": "Hello there"}, {"from": "gpt", "value": "Hi!"}]},
+          {"id": "b2", "messages": [{"role": "user", "content": "Second conversation"}]}])"));
+  ASSERT_TRUE(docs.ok()) << docs.status().to_string();
+  EXPECT_EQ(*docs, (std::vector<std::string>{"Hello there\n\nHi!", "Second conversation"}));
+}
+
+TEST(CalibrationText, JsonlGsm8kAndLooseStrings) {
+  const auto gsm = load_text_documents(write_file(
+      "gsm.jsonl", "{\"question\": \"What is 2+2?\", \"answer\": \"2+2=<<2+2=4>>4\\n#### 4\"}\n\n"
+                   "{\"question\": \"And 3+3?\", \"answer\": \"6\"}\n"));
+  ASSERT_TRUE(gsm.ok()) << gsm.status().to_string();
+  EXPECT_EQ(*gsm, (std::vector<std::string>{"What is 2+2?\n2+2=<<2+2=4>>4\n#### 4", "And 3+3?\n6"}));
+  // Objects of prompts (ReAct's prompt files): long strings are documents, short ones are not.
+  const auto loose = load_text_documents(write_file(
+      "prompts.json", R"({"webthink": "Question: a long enough prompt to count as a document.", "id": "short"})"));
+  ASSERT_TRUE(loose.ok()) << loose.status().to_string();
+  EXPECT_EQ(*loose, (std::vector<std::string>{"Question: a long enough prompt to count as a document."}));
+}
+
+TEST(CalibrationText, ErrorsNameTheFile) {
+  const auto missing = load_text_documents(testing::temp_dir() + "/nope.txt");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("nope.txt"), std::string::npos);
+  const auto bad = load_text_documents(write_file("bad.jsonl", "{\"text\": \"fine\"}\nnot json\n"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("line 2"), std::string::npos) << bad.status().message();
+  EXPECT_FALSE(load_text_documents(write_file("empty.txt", "\n\n   \n")).ok());
+}
+
+TEST(CalibrationText, SharedDataFilesLoad) {
+  for (const char* rel : {"/sharegpt/mlenergy_ShareGPT_V3_filtered_1000_prompts.json",
+                          "/sharegpt/medicalgpt_sharegpt_zh_1K_format.jsonl", "/intercept/gsm8k/test.jsonl",
+                          "/intercept/toolcall/glaive_toolcall_en_demo.json", "/intercept/react/prompts_naive.json"}) {
+    const auto docs = load_text_documents(testing::shared_data_dir() + rel);
+    ASSERT_TRUE(docs.ok()) << rel << ": " << docs.status().to_string();
+    EXPECT_GT(docs->size(), 0u) << rel;
+  }
+}
+
+TEST(CalibrationText, SequencesTakeEveryDocumentsFirstChunkFirst) {
+  testing::StoriesModel s;
+  ASSERT_NE(s.model, nullptr);
+  const Tokenizer& tok = s.model->tokenizer();
+  const std::string long_doc(4000, 'a');
+  const std::vector<std::string> docs{long_doc, "Once upon a time there was a cat.", "The dog ran home."};
+  const auto seqs = make_token_sequences(tok, docs, 32, 100);
+  int64_t total = 0;
+  for (const auto& q : seqs) {
+    EXPECT_LE(q.size(), 32u);
+    EXPECT_GE(q.size(), 2u);
+    total += static_cast<int64_t>(q.size());
+  }
+  EXPECT_EQ(total, 100);
+  ASSERT_GE(seqs.size(), 3u);
+  // The short documents come right after the long one's first chunk, not after all of it.
+  EXPECT_EQ(seqs[1], tok.encode(docs[1], true, false));
+  EXPECT_EQ(seqs[2], tok.encode(docs[2], true, false));
+  EXPECT_EQ(default_exit_heads_path("models/stories260K.gguf"), "models/stories260K.exits.gguf");
+}
+
+// One calibration shared by the tests below (stories260K, ~4K tokens: a second or two).
+struct Calibrated {
+  testing::StoriesModel s;
+  HiddenStates data;
+  CalibrationResult result;
+  std::vector<std::vector<TokenId>> sequences;
+
+  static Calibrated& get() {
+    static Calibrated c = [] {
+      Calibrated c;
+      auto docs = load_text_documents(testing::calibration_text_path());
+      EXPECT_TRUE(docs.ok()) << docs.status().to_string();
+      c.sequences = make_token_sequences(c.s.model->tokenizer(), *docs, 128, 4096);
+      auto data = collect_hidden_states(*c.s.model, c.sequences, {3, 1, 2, 4});
+      EXPECT_TRUE(data.ok()) << data.status().to_string();
+      c.data = std::move(*data);
+      auto result = fit_exit_heads(*c.s.model, c.data, CalibrationOptions{});
+      EXPECT_TRUE(result.ok()) << result.status().to_string();
+      c.result = std::move(*result);
+      return c;
+    }();
+    return c;
+  }
+};
+
+TEST(Calibrate, CollectsStatesAtTheExitsAndTheLastLayer) {
+  const Calibrated& c = Calibrated::get();
+  EXPECT_EQ(c.data.layers, (std::vector<int32_t>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(c.data.n_tokens(), 4096);
+  for (const auto& st : c.data.states) EXPECT_EQ(st.size(), static_cast<size_t>(4096 * 64));
+  EXPECT_FALSE(collect_hidden_states(*c.s.model, c.sequences, {5}).ok()) << "layer 5 is the model's own head";
+}
+
+TEST(Calibrate, SidecarRoundTripsWithHeadsAtTheExits) {
+  const Calibrated& c = Calibrated::get();
+  const std::string path = testing::temp_dir() + "/stories.exits.gguf";
+  ASSERT_TRUE(save_exit_heads(c.result.heads, path).ok());
+  auto loaded = load_exit_heads(path, c.s.model->config());
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  ASSERT_EQ(loaded->heads.size(), 4u);
+  for (int32_t layer : {1, 2, 3, 4}) {
+    const ExitHeadParams* h = loaded->find(layer);
+    ASSERT_NE(h, nullptr) << "layer " << layer;
+    EXPECT_EQ(h->probe_weight.size(), 64u);
+    EXPECT_EQ(h->n_tokens, 4096);
+  }
+}
+
+TEST(Calibrate, HeldOutAgreementBeatsTheLogitLensAndTheProbeBeatsTheBaseRate) {
+  const Calibrated& c = Calibrated::get();
+  ASSERT_EQ(c.result.exits.size(), 4u);
+  for (const ExitCalibration& e : c.result.exits) {
+    const ExitHeadParams* h = c.result.heads.find(e.layer);
+    ASSERT_NE(h, nullptr);
+    EXPECT_EQ(h->adapter_weight.empty(), !e.adapter_kept) << "layer " << e.layer;
+    const double kept = e.adapter_kept ? e.adapter_agreement : e.lens_agreement;
+    EXPECT_GE(kept, e.lens_agreement) << "layer " << e.layer;
+    EXPECT_DOUBLE_EQ(kept, e.base_rate) << "layer " << e.layer;
+    EXPECT_GE(e.probe_accuracy, std::max(e.base_rate, 1 - e.base_rate) - 0.02) << "layer " << e.layer;
+    EXPECT_GT(e.n_held_out, 500);
+  }
+  // The shallow exits of this model are far from its last layer: the adapter must help a lot.
+  EXPECT_TRUE(c.result.exits[0].adapter_kept);
+  EXPECT_GT(c.result.exits[0].adapter_agreement, c.result.exits[0].lens_agreement + 0.05);
+}
+
+TEST(Calibrate, HostExitHeadMatchesTheForwardPassExitHead) {
+  Calibrated& c = Calibrated::get();
+  Model& m = *c.s.model;
+  ASSERT_TRUE(m.set_exits({1, 2, 3, 4}, &c.result.heads).ok());
+  const auto& seq = c.sequences[4];  // held out
+  auto kv = KvCacheStorage::create(m.backend(), m.config(), 8, 16);
+  ASSERT_TRUE(kv.ok());
+  BlockAllocator alloc(8);
+  BlockTable table;
+  ASSERT_TRUE(reserve_tokens(alloc, table, static_cast<int32_t>(seq.size()), 16));
+  for (int32_t layer : {1, 3}) {
+    ForwardBatch fixed;
+    fixed.seqs.push_back({seq, 0, &table, LogitsWanted::kAll, ExitRule{ExitPolicy::kFixedDepth}});
+    fixed.seqs[0].exit.depth = layer;
+    auto fr = m.forward(fixed, *kv);
+    ASSERT_TRUE(fr.ok()) << fr.status().to_string();
+    const ExitHeadParams* h = c.result.heads.find(layer);
+    const int64_t n = static_cast<int64_t>(seq.size());
+    const int64_t first = static_cast<int64_t>(std::find(c.data.sequence.begin(), c.data.sequence.end(), 4) -
+                                               c.data.sequence.begin());
+    auto top1 = exit_head_top1(m, c.data.at(layer).data() + first * 64, n, h->adapter_weight, h->adapter_bias);
+    ASSERT_TRUE(top1.ok()) << top1.status().to_string();
+    int64_t same = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_EQ(fr->row_exit_layer[i], layer);
+      same += (*top1)[i] == argmax(fr->row(i), fr->n_vocab);
+    }
+    EXPECT_GE(same, n - 1) << "layer " << layer << ": the calibration's head must be the one forward runs";
+  }
+  ExitRule probe{ExitPolicy::kPerToken, ConfidenceMeasure::kProbe, 0.5f};
+  EXPECT_TRUE(m.check_exit_rule(probe).ok()) << "the fitted probes make the probe measure usable";
+  ASSERT_TRUE(m.set_exits({1, 2, 3, 4}, nullptr).ok());
+  EXPECT_FALSE(m.check_exit_rule(probe).ok());
+}
+
+}  // namespace
+}  // namespace helios
