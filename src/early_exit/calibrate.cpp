@@ -139,19 +139,19 @@ StatusOr<std::vector<int32_t>> exit_head_top1(Model& model, const float* hidden,
   Buffer in(&be, chunk * d);                          // [chunk, n_embd] h, then the normed head input
   Buffer mid(&be, chunk * d);                         // [chunk, n_embd] W h + b, or norm(h)
   Buffer logits(&be, static_cast<size_t>(chunk) * c.n_vocab);  // [chunk, n_vocab]
-  Buffer weight, bias;
+  Matrix weight;  // as Model::set_exits uploads it
+  Buffer bias;
   if (adapter) {
-    weight = Buffer(&be, w.size());
+    HELIOS_ASSIGN_OR_RETURN(weight, upload_matrix(be, "exit adapter", w.data(), d, d));
     bias = Buffer(&be, b.size());
   }
-  if (in.empty() || mid.empty() || logits.empty() || (adapter && (weight.empty() || bias.empty()))) {
+  if (in.empty() || mid.empty() || logits.empty() || (adapter && bias.empty())) {
     return resource_exhausted("no backend memory for an exit-head pass of " + std::to_string(chunk) + " rows");
   }
   WeightMatrix view;
   if (adapter) {
-    be.upload(weight.data(), w.data(), w.size());
     be.upload(bias.data(), b.data(), b.size());
-    view = {weight.data(), TensorType::kF32, d, d};
+    view = weight.view;
   }
   std::vector<int32_t> top1(n_rows);
   std::vector<float> prob(chunk), margin(chunk), entropy(chunk);

@@ -73,15 +73,12 @@ Status Model::set_exits(const std::vector<int32_t>& exit_layers, const ExitHeadS
     if (params) {
       head->params = *params;
       if (!params->adapter_weight.empty()) {
-        const size_t nw = static_cast<size_t>(c.n_embd) * c.n_embd;
-        head->adapter.storage = Buffer(&backend_, nw);
+        const std::string name = "exit." + std::to_string(layer) + ".adapter";
+        HELIOS_ASSIGN_OR_RETURN(head->adapter, upload_matrix(backend_, name, params->adapter_weight.data(),
+                                                             c.n_embd, c.n_embd));
         head->bias = Buffer(&backend_, c.n_embd);
-        if (head->adapter.storage.empty() || head->bias.empty()) {
-          return resource_exhausted("no backend memory for the exit adapter at layer " + std::to_string(layer));
-        }
-        backend_.upload(head->adapter.storage.data(), params->adapter_weight.data(), nw);
+        if (head->bias.empty()) return resource_exhausted("no backend memory for " + name);
         backend_.upload(head->bias.data(), params->adapter_bias.data(), c.n_embd);
-        head->adapter.view = {head->adapter.storage.data(), TensorType::kF32, c.n_embd, c.n_embd};
       }
     }
     head->params.layer = layer;

@@ -1,6 +1,7 @@
 // GGUF tensors → backend buffers, with their shapes checked against the model config.
 // Matrices keep their quantized type where the backend multiplies with it; the rest is f32.
 #include <cstring>
+#include <vector>
 #include <string>
 
 #include "helios/gguf.h"
@@ -78,6 +79,24 @@ StatusOr<Matrix> load_matrix(const GgufFile& file, Backend& backend, const std::
 }
 
 }  // namespace
+
+StatusOr<Matrix> upload_matrix(Backend& backend, const std::string& name, const float* data, int32_t n_out,
+                               int32_t n_in) {
+  Matrix m;
+  const int64_t n = static_cast<int64_t>(n_out) * n_in;
+  if (backend.supports_weight_type(TensorType::kQ8_0) && n_in % 32 == 0) {
+    std::vector<uint8_t> q(static_cast<size_t>(tensor_row_bytes(TensorType::kQ8_0, n_in)) * n_out);
+    HELIOS_RETURN_IF_ERROR(quantize_row(TensorType::kQ8_0, data, q.data(), n));
+    HELIOS_ASSIGN_OR_RETURN(m.storage, upload(backend, name, q.data(), q.size()));
+    m.view = {m.storage.data(), TensorType::kQ8_0, n_out, n_in};
+    return m;
+  }
+  m.storage = Buffer(&backend, static_cast<size_t>(n));
+  if (m.storage.empty()) return resource_exhausted("out of " + backend.name() + " memory for '" + name + "'");
+  backend.upload(m.storage.data(), data, static_cast<size_t>(n));
+  m.view = {m.storage.data(), TensorType::kF32, n_out, n_in};
+  return m;
+}
 
 StatusOr<ModelWeights> load_weights(const GgufFile& file, const ModelConfig& c, Backend& backend,
                                     int32_t n_layers, const LoadProgress& progress) {
