@@ -33,6 +33,20 @@ def eval_key(row):
     return ("full", None, None, None)
 
 
+def describe_commit(commit):
+    if not isinstance(commit, dict):
+        return str(commit)
+    return commit.get("describe", commit.get("commit", "?")) + (" (uncommitted changes)" if commit.get("dirty") else "")
+
+
+def describe_machine(machine):
+    if not isinstance(machine, dict):
+        return str(machine)
+    load = machine.get("load_average_at_start")
+    return (f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores, {machine.get('memory_gib', '?')} GiB"
+            + (f", load average at start {load[0]:.2f}" if load else ""))
+
+
 def pareto_front(points):
     """Points (quality loss, speed-up) not beaten on both by another point."""
     front = []
@@ -60,17 +74,19 @@ def main():
             quality.setdefault(eval_key(row), row)
 
     runs = serving["runs"]
-    base = next((r for r in runs if r["label"] == "full"), None)
+    for run in runs:  # compare mode labels runs TARGET@RATE; the target names the point
+        run["point"] = run.get("target") or run["label"].split("@")[0]
+    base = next((r for r in runs if r["point"] == "full"), None)
     if base is None:
         sys.exit("pareto_report: the serving runs have no 'full' baseline")
     base_tps = base["summary"]["output_throughput"]
     points = []
     for run in runs:
-        key = parse_label(run["label"])
+        key = parse_label(run["point"])
         q = quality.get(key, {})
         s = run["summary"]
         points.append({
-            "label": run["label"],
+            "label": run["point"],
             "policy": key[0],
             "output_tok_s": s["output_throughput"],
             "speedup": s["output_throughput"] / base_tps if base_tps else 0.0,
@@ -93,13 +109,15 @@ def main():
         "# Early exit on the CPU: serving speed-up vs quality, per policy",
         "",
         f"Command: `{args.command}`  ",
-        f"Commit: {serving.get('commit')}  ",
+        f"Commit: {describe_commit(serving.get('commit'))}  ",
         f"Model: {eval_meta.get('model')} ({eval_meta.get('n_layers')} layers), heads: {eval_meta.get('heads')}  ",
-        f"Machine: {serving.get('machine')}",
+        f"Machine: {describe_machine(serving.get('machine'))}",
         "",
         "Serving: helios-bench compare mode, every server gets the same ShareGPT prompts at the same "
         "concurrency; speed-up = output tok/s / full's. Quality: `helios eval` on held-out ShareGPT text "
-        "(teacher-forced perplexity; greedy agreement = positions equal to full's generation).",
+        "(teacher-forced perplexity; greedy agreement = positions equal to full's generation). batch-sync's "
+        "perplexity is teacher-forced over whole chunks, one batch each, so it leaves only when every row "
+        "of the chunk is confident; its agreement (decoding one sequence) is the telling number.",
         "",
         "| point | serving out tok/s | speed-up | median TPOT ms | ppl | ppl increase % | agreement | mean exit layer | layers/token | LM-head rows/token |",
         "|---|---|---|---|---|---|---|---|---|---|",

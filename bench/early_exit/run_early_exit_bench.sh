@@ -52,8 +52,7 @@ fixed-depth-24 fixed-depth 0 0 top1 24
 fixed-depth-20 fixed-depth 0 0 top1 20
 self-speculative-16 self-speculative 0.9 16 top1 0"
 
-configs=()
-labels=()
+configs=()  # the file name is the point's label
 while read -r label policy threshold depth measure load; do
   [ -n "$label" ] || continue
   cat > "$WORK/$label.yaml" <<YAML
@@ -78,11 +77,10 @@ logging:
   level: warn
 YAML
   configs+=(--config "$WORK/$label.yaml")
-  labels+=("$label")
 done <<< "$POINTS"
 
-echo "== throughput: helios-bench, ${#labels[@]} servers, $NUM_PROMPTS prompts at concurrency $CONCURRENCY" >&2
-/usr/bin/python3 bench/helios-bench "${configs[@]}" --label "$(IFS=,; echo "${labels[*]}")" \
+echo "== throughput: helios-bench, $(( ${#configs[@]} / 2 )) servers, $NUM_PROMPTS prompts at concurrency $CONCURRENCY" >&2
+bench/helios-bench "${configs[@]}" \
   --dataset prompts --dataset-path "$EVAL_TEXT" --output-len "$OUTPUT_LEN" --num-prompts "$NUM_PROMPTS" \
   --max-concurrency "$CONCURRENCY" --result-dir "$WORK" --result-name serving --no-plots
 

@@ -21,6 +21,15 @@ from .server_sampler import ServerSampler, summarize_samples
 # ---------------------------------------------------------------------------------------------
 # Progress bar (stderr).
 
+def message_dict(message) -> dict:
+    """A protobuf message as plain JSON-ready values, every field present (nested and repeated too)."""
+    def value(field, v):
+        return message_dict(v) if field.type == field.TYPE_MESSAGE else v
+
+    return {f.name: [value(f, x) for x in getattr(message, f.name)] if f.label == f.LABEL_REPEATED
+            else value(f, getattr(message, f.name)) for f in message.DESCRIPTOR.fields}
+
+
 class Progress:
     """One line on stderr, redrawn in place on a terminal (at most 10 times a second); elsewhere
     (logs, ctest) a line every 10 % of the requests or 10 s."""
@@ -285,9 +294,9 @@ def execute(targets: list[Target], load_requests, rates: list[float | None], *, 
         try:
             sync = SyncClient(server.address, model, metadata)
             mi = sync.model_info()
-            info["model"] = {f.name: getattr(mi, f.name) for f in mi.DESCRIPTOR.fields}
+            info["model"] = message_dict(mi)
             st = sync.status()
-            info["status_at_start"] = {f.name: getattr(st, f.name) for f in st.DESCRIPTOR.fields}
+            info["status_at_start"] = message_dict(st)
             log(f"{target.label}: heliosd at {server.address}, model {mi.name} ({mi.n_layers} layers, "
                 f"backend {mi.backend}), {st.kv_blocks_total} KV blocks of {st.kv_block_size} tokens")
             if requests is None:
