@@ -4,7 +4,7 @@ and `helios eval` quality rows, into OUT.md, OUT.json and OUT_pareto.png (servin
 perplexity increase, with the Pareto front).
 
 Serving labels name the point: full, per-token-<measure>-<threshold>, batch-sync-<measure>-<threshold>,
-fixed-depth-<depth>, self-speculative-<depth>."""
+fixed-depth-<depth>, self-speculative-<depth>; a threshold may be 'calibrated'."""
 import argparse
 import json
 import sys
@@ -17,17 +17,22 @@ def parse_label(label):
     for policy in ("per-token", "batch-sync"):
         if label.startswith(policy + "-"):
             measure, threshold = label[len(policy) + 1:].rsplit("-", 1)
-            return (policy, measure, float(threshold), None)
+            return (policy, measure, threshold_key(threshold), None)
     for policy in ("fixed-depth", "self-speculative"):
         if label.startswith(policy + "-"):
             return (policy, None, None, int(label[len(policy) + 1:]))
     raise ValueError(f"unknown point label {label!r}")
 
 
+def threshold_key(value):
+    """A number, or 'calibrated' (each exit's fitted threshold)."""
+    return value if value == "calibrated" else round(float(value), 4)
+
+
 def eval_key(row):
     policy = row["policy"]
     if policy in ("per-token", "batch-sync"):
-        return (policy, row["measure"], round(float(row["threshold"]), 4), None)
+        return (policy, row["measure"], threshold_key(row["threshold"]), None)
     if policy in ("fixed-depth", "self-speculative"):
         return (policy, None, None, int(row["depth"]))
     return ("full", None, None, None)

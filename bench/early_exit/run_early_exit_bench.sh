@@ -9,16 +9,18 @@
 #   4. bench/early_exit/pareto_report.py merges both into bench/results/early_exit_<time>.{md,json}
 #      and a Pareto plot (speed-up vs perplexity increase).
 # Usage: bench/early_exit/run_early_exit_bench.sh [--quick]
-#   env: NUM_PROMPTS (48), CONCURRENCY (8), OUTPUT_LEN (64), THRESHOLDS ("0.6 0.8 0.9 0.95")
+#   env: NUM_PROMPTS (48), CONCURRENCY (8), OUTPUT_LEN (64), THRESHOLDS ("0.8 0.9 0.95 calibrated"),
+#        PROBE_THRESHOLDS ("0.8 0.9")
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 NUM_PROMPTS=${NUM_PROMPTS:-48}
 CONCURRENCY=${CONCURRENCY:-8}
 OUTPUT_LEN=${OUTPUT_LEN:-64}
-THRESHOLDS=${THRESHOLDS:-"0.6 0.8 0.9 0.95"}
+THRESHOLDS=${THRESHOLDS:-"0.8 0.9 0.95 calibrated"}
+PROBE_THRESHOLDS=${PROBE_THRESHOLDS:-"0.8 0.9"}
 EVAL_TOKENS=4096
-if [ "${1:-}" = "--quick" ]; then NUM_PROMPTS=8; THRESHOLDS="0.8"; EVAL_TOKENS=512; fi
+if [ "${1:-}" = "--quick" ]; then NUM_PROMPTS=8; THRESHOLDS="0.8 calibrated"; PROBE_THRESHOLDS="0.8"; EVAL_TOKENS=512; fi
 
 MODEL=$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
 HEADS=$ROOT/models/SmolLM2-135M-Instruct.Q4_1.exits.gguf
@@ -37,14 +39,14 @@ cmake --build build -j"$(nproc)" --target helios heliosd > /dev/null
 
 if [ ! -f "$HEADS" ]; then
   echo "== calibrate exit heads (once): $HEADS" >&2
-  build/helios calibrate --model "$MODEL" --text "$CAL_TEXT" --exits "$EXITS" --max-tokens 8192 --out "$HEADS"
+  build/helios calibrate --model "$MODEL" --text "$CAL_TEXT" --exits "$EXITS" --max-tokens 16384 --out "$HEADS"
 fi
 
 # One config per policy point: label, policy, threshold, depth, measure, load_layers.
 POINTS="full full 0.9 0 top1 0"
 for t in $THRESHOLDS; do POINTS="$POINTS
 per-token-top1-$t per-token $t 0 top1 0"; done
-for t in $THRESHOLDS; do POINTS="$POINTS
+for t in $PROBE_THRESHOLDS; do POINTS="$POINTS
 per-token-probe-$t per-token $t 0 probe 0"; done
 POINTS="$POINTS
 batch-sync-top1-0.9 batch-sync 0.9 0 top1 0
@@ -65,7 +67,8 @@ models:
     early_exit:
       policy: $policy
       measure: $measure
-      threshold: $threshold
+      threshold: $([ "$threshold" = calibrated ] && echo 0.9 || echo "$threshold")
+      calibrated_thresholds: $([ "$threshold" = calibrated ] && echo true || echo false)
       depth: $depth
       exits: [$EXITS]
       heads: $HEADS
@@ -89,7 +92,7 @@ build/helios eval --model "$MODEL" --heads "$HEADS" --exits "$EXITS" --text "$EV
   --policy per-token --threshold "$(echo $THRESHOLDS | tr ' ' ',')" --max-tokens "$EVAL_TOKENS" \
   --json "$WORK/eval_top1.json" > /dev/null
 build/helios eval --model "$MODEL" --heads "$HEADS" --exits "$EXITS" --text "$EVAL_TEXT" \
-  --policy per-token --measure probe --threshold "$(echo $THRESHOLDS | tr ' ' ',')" --max-tokens "$EVAL_TOKENS" \
+  --policy per-token --measure probe --threshold "$(echo $PROBE_THRESHOLDS | tr ' ' ',')" --max-tokens "$EVAL_TOKENS" \
   --json "$WORK/eval_probe.json" > /dev/null
 build/helios eval --model "$MODEL" --heads "$HEADS" --exits "$EXITS" --text "$EVAL_TEXT" \
   --policy batch-sync --threshold 0.9 --max-tokens "$EVAL_TOKENS" --json "$WORK/eval_sync.json" > /dev/null

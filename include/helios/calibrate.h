@@ -55,8 +55,15 @@ StatusOr<HiddenStates> collect_hidden_states(Model& model, const std::vector<std
 // Top-1 token of the exit head lm_head(final_norm(W h + b)) for rows h [n, n_embd]; an empty w
 // is the identity (logit lens). Runs on the model's backend with its own (possibly quantized) LM
 // head, the same ops as Model::forward's exit heads.
+// `top1_prob`, when given, gets each row's top-1 probability.
 StatusOr<std::vector<int32_t>> exit_head_top1(Model& model, const float* hidden, int64_t n_rows,
-                                              const std::vector<float>& w, const std::vector<float>& b);
+                                              const std::vector<float>& w, const std::vector<float>& b,
+                                              std::vector<float>* top1_prob = nullptr);
+
+// The lowest top-1 probability τ such that, of the tokens with p >= τ, at least `target` agree with
+// the final layer (and at least `min_tokens` of them are above it); 1 (never leave) when none.
+float fit_exit_threshold(const std::vector<float>& top1_prob, const std::vector<uint8_t>& agrees, double target,
+                         int64_t min_tokens, double* coverage);
 
 // --- Fitting
 struct CalibrationOptions {
@@ -64,6 +71,7 @@ struct CalibrationOptions {
   float probe_l2 = 0.1f;         // fit_logistic_probe's l2 (smaller overfits 576-wide features)
   int32_t probe_iterations = 25;
   int32_t held_out_every = 5;    // every 5th sequence (or token, with < 5 sequences) is held out
+  double target_agreement = 0.9; // per-exit thresholds: the share of leaving tokens that must agree
   ProgressLog log;
 };
 
@@ -75,6 +83,8 @@ struct ExitCalibration {
   bool adapter_kept = false;     // adapter_agreement > lens_agreement; else the head is the identity
   double probe_accuracy = 0;     // probe (score >= 0.5) predicts the kept head's agreement
   double base_rate = 0;          // fraction where the kept head agrees
+  double threshold = 1;          // fitted top-1 threshold for target_agreement (1: never leave here)
+  double coverage = 0;           // held-out tokens whose top-1 probability reaches it
   int64_t n_fit = 0, n_held_out = 0;
 };
 
@@ -86,7 +96,8 @@ struct CalibrationResult {
 // Fits every exit in `data` (all captured layers but the last). The model supplies the LM head.
 StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& data, const CalibrationOptions& options);
 
-// Markdown table: layer | logit-lens agreement | adapter agreement | head kept | probe accuracy | base rate.
+// Markdown table: layer | logit-lens agreement | adapter agreement | head kept | probe accuracy |
+// base rate | threshold | coverage.
 std::string calibration_table(const CalibrationResult& result);
 
 }  // namespace helios

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "helios/model_config.h"
@@ -48,9 +49,22 @@ struct ExitRule {
   float threshold = 0.9f;    // leave when confidence >= threshold; >= 1 never leaves early
   int32_t depth = 0;         // fixed-depth: the exit layer; self-speculative: the draft exit layer
   int32_t draft_tokens = 4;  // self-speculative: tokens drafted per verification
+  // Use the thresholds `helios calibrate` fitted per exit (top-1 measure) where it fitted one.
+  bool calibrated_thresholds = false;
+  // Per exit layer, overriding `threshold` there (Model::resolve_exit_rule fills the calibrated ones).
+  std::vector<std::pair<int32_t, float>> exit_thresholds;
 
-  // Confident enough to leave? (threshold 0: always; threshold >= 1: never)
-  bool confident(float confidence) const { return threshold < 1.0f && confidence >= threshold; }
+  float threshold_at(int32_t layer) const {
+    for (const auto& [l, t] : exit_thresholds) {
+      if (l == layer) return t;
+    }
+    return threshold;
+  }
+  // Confident enough to leave at `layer`? (threshold 0: always; threshold >= 1: never)
+  bool confident(int32_t layer, float confidence) const {
+    const float t = threshold_at(layer);
+    return t < 1.0f && confidence >= t;
+  }
 };
 
 // Where exits are: an explicit list of layers, or every `every`-th layer from `min_layer`.
@@ -81,6 +95,10 @@ struct ExitHeadParams {
   std::vector<float> adapter_bias;    // [n_embd]; empty with the identity
   std::vector<float> probe_weight;    // [n_embd], on h_k / rms(h_k); empty: no probe
   float probe_bias = 0;
+  // The smallest top-1 probability above which this exit's top-1 was the final layer's on at least
+  // the calibration's target share of held-out tokens; 1 when no threshold reaches it, 0 when
+  // not calibrated.
+  float threshold = 0;
   // Calibration summary, for display.
   float agreement = 0;       // exit top-1 == final top-1, over the calibration tokens
   float probe_accuracy = 0;  // on the held-out calibration tokens

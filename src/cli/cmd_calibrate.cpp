@@ -27,7 +27,9 @@ int cmd_calibrate(int argc, char** argv) {
       .option("max-tokens", "N", "calibration tokens in all", "8192")
       .option("seq-len", "S", "tokens per teacher-forced sequence", "256")
       .option("ridge", "R", "adapter ridge penalty (relative to the fit tokens)", "1e-3")
-      .option("probe-l2", "L", "probe L2 penalty", "0.1");
+      .option("probe-l2", "L", "probe L2 penalty", "0.1")
+      .option("target-agreement", "A", "per-exit thresholds: the share of leaving tokens whose top-1 must be the "
+                                       "full model's (policy per-token with --threshold calibrated uses them)", "0.9");
   args.example("helios calibrate --model models/SmolLM2-135M-Instruct.Q4_1.gguf --exits 4,8,12,16,20,24,28 \\\n"
                "      --text ../shared/data/sharegpt/mlenergy_ShareGPT_V3_filtered_1000_prompts.json")
       .example("helios calibrate --model models/stories260K.gguf --exits 1,2,3,4 --text stories.txt --out /tmp/s.exits.gguf");
@@ -54,6 +56,9 @@ int cmd_calibrate(int argc, char** argv) {
     HELIOS_ASSIGN_OR_RETURN(seq_len, args.integer("seq-len"));
     HELIOS_ASSIGN_OR_RETURN(double ridge, args.number("ridge"));
     HELIOS_ASSIGN_OR_RETURN(double l2, args.number("probe-l2"));
+    HELIOS_ASSIGN_OR_RETURN(double target, args.number("target-agreement"));
+    if (!(target > 0 && target <= 1)) return invalid_argument("--target-agreement must be in (0, 1]");
+    opt.target_agreement = target;
     if (max_tokens < 16) return invalid_argument("--max-tokens must be >= 16");
     if (seq_len < 2) return invalid_argument("--seq-len must be >= 2");
     if (!(ridge >= 0)) return invalid_argument("--ridge must be >= 0");

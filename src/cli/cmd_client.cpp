@@ -61,7 +61,9 @@ Status fill_exit_options(const Args& args, v1::ExitOptions* exit) {
   exit->set_measure(args.str("measure"));
   exit->set_depth(static_cast<int32_t>(depth));
   exit->set_draft_tokens(static_cast<int32_t>(draft_tokens));
-  if (args.has("threshold")) {
+  if (args.str("threshold") == "calibrated") {
+    exit->set_calibrated_thresholds(true);
+  } else if (args.has("threshold")) {
     HELIOS_ASSIGN_OR_RETURN(double threshold, args.number("threshold"));
     exit->set_threshold(static_cast<float>(threshold));
     exit->set_threshold_set(true);  // 0 is a real threshold here
@@ -94,7 +96,7 @@ void add_generation_options(Args& args) {
       .option("policy", "NAME",
               "early exit: full | per-token | batch-sync | fixed-depth | self-speculative; "
               "default: the model's")
-      .option("threshold", "T", "early exit: leave at an exit when confidence >= T (0..1; 1 = never early)")
+      .option("threshold", "T", "early exit: leave at an exit when confidence >= T (0..1; 1 = never early); 'calibrated' = each exit's fitted threshold")
       .option("depth", "D", "early exit: fixed-depth exit layer, or self-speculative draft layer; 0 = the model's", "0")
       .option("measure", "NAME", "early exit: confidence measure top1 | margin | entropy | probe | saturation")
       .option("draft-tokens", "N", "early exit: self-speculative tokens drafted per verification (1..16); 0 = the model's", "0")

@@ -16,7 +16,7 @@ constexpr int32_t kPromptTokens = 128;  // prompts are cut to their first tokens
 // Every (policy, threshold) pair; thresholds only for the policies that read them, and fixed-depth
 // without --depth at every exit point.
 StatusOr<std::vector<ExitRule>> rules_from_args(const Args& args, const Model& model) {
-  HELIOS_ASSIGN_OR_RETURN(auto thresholds, parse_number_list("threshold", args.str("threshold")));
+  const std::vector<std::string> thresholds = split_list(args.str("threshold"));
   if (thresholds.empty()) return invalid_argument("--threshold needs at least one value");
   const std::vector<std::string> policies = split_list(args.str("policy"));
   if (policies.empty()) return invalid_argument("--policy needs at least one policy");
@@ -25,7 +25,7 @@ StatusOr<std::vector<ExitRule>> rules_from_args(const Args& args, const Model& m
   for (const std::string& name : policies) {
     HELIOS_ASSIGN_OR_RETURN(ExitPolicy policy, parse_exit_policy(name));
     if (policy == ExitPolicy::kPerToken || policy == ExitPolicy::kBatchSync) {
-      for (double t : thresholds) {
+      for (const std::string& t : thresholds) {
         HELIOS_ASSIGN_OR_RETURN(ExitRule r, exit_rule_from_args(args, model, name, t));
         rules.push_back(r);
       }

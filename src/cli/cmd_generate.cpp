@@ -66,9 +66,7 @@ int cmd_generate(int argc, char** argv) {
   auto loaded = load_model(args);
   if (!loaded.ok()) return fail("generate", loaded.status());
   Model& model = *loaded->model;
-  auto threshold = args.number("threshold");
-  if (!threshold.ok()) return usage_error("generate", threshold.status().message());
-  auto rule = exit_rule_from_args(args, model, args.str("policy"), *threshold);
+  auto rule = exit_rule_from_args(args, model, args.str("policy"), args.str("threshold"));
   if (!rule.ok()) return usage_error("generate", rule.status().message());
   opt.exit = *rule;
   const double load_s = loaded->load_seconds;

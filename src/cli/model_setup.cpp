@@ -24,7 +24,8 @@ void add_model_options(Args& args, bool heads_option) {
 
 void add_exit_rule_options(Args& args) {
   args.option("policy", "P", "early exit: full | per-token | batch-sync | fixed-depth | self-speculative", "full")
-      .option("threshold", "T", "confidence to leave early; 0 = at the first exit, 1 = never early", "0.9")
+      .option("threshold", "T", "confidence to leave early; 0 = at the first exit, 1 = never early; 'calibrated' = "
+                                "each exit's threshold from the heads file (top1)", "0.9")
       .option("depth", "D", "fixed-depth: the exit layer (0 = loaded depth); self-speculative: the draft exit (0 = first exit)", "0")
       .option("measure", "M", "confidence: top1 | margin | entropy | probe | saturation", "top1")
       .option("draft-tokens", "N", "self-speculative: tokens drafted per verification", "4");
@@ -144,14 +145,21 @@ StatusOr<LoadedModel> load_model(const Args& args) {
 }
 
 StatusOr<ExitRule> exit_rule_from_args(const Args& args, const Model& model, const std::string& policy_name,
-                                       double threshold) {
+                                       const std::string& threshold_text) {
   ExitRule rule;
   HELIOS_ASSIGN_OR_RETURN(rule.policy, parse_exit_policy(policy_name));
   HELIOS_ASSIGN_OR_RETURN(rule.measure, parse_confidence_measure(args.str("measure")));
   HELIOS_ASSIGN_OR_RETURN(int64_t depth, args.integer("depth"));
   HELIOS_ASSIGN_OR_RETURN(int64_t draft, args.integer("draft-tokens"));
-  if (!(threshold >= 0.0)) return invalid_argument("--threshold must be >= 0");
-  rule.threshold = static_cast<float>(threshold);
+  if (threshold_text == "calibrated") {
+    rule.calibrated_thresholds = true;
+  } else {
+    HELIOS_ASSIGN_OR_RETURN(auto values, parse_number_list("threshold", threshold_text));
+    if (values.size() != 1 || !(values[0] >= 0.0)) {
+      return invalid_argument("--threshold: '" + threshold_text + "' is not a number >= 0 or 'calibrated'");
+    }
+    rule.threshold = static_cast<float>(values[0]);
+  }
   rule.depth = static_cast<int32_t>(depth);
   rule.draft_tokens = static_cast<int32_t>(draft);
   HELIOS_RETURN_IF_ERROR(model.check_exit_rule(rule));

@@ -26,10 +26,11 @@ struct LoadedModel {
 
 // Loads the model with its exit points and heads; prints progress and a summary to stderr.
 StatusOr<LoadedModel> load_model(const Args& args);
-// The rule from --policy etc., checked against the model (policy names may also come as a list:
-// `policy_name` picks one).
+// The rule from --policy etc., checked against the model (policy names and thresholds may also
+// come as lists: `policy_name` and `threshold` pick one). A threshold is a number or "calibrated"
+// (the per-exit thresholds of the heads file).
 StatusOr<ExitRule> exit_rule_from_args(const Args& args, const Model& model, const std::string& policy_name,
-                                       double threshold);
+                                       const std::string& threshold);
 // "4,8,12" → {4, 8, 12}; INVALID_ARGUMENT naming the option.
 StatusOr<std::vector<int32_t>> parse_int_list(const std::string& option, const std::string& text);
 StatusOr<std::vector<double>> parse_number_list(const std::string& option, const std::string& text);

@@ -147,7 +147,7 @@ Status read_early_exit_config(const MapReader& model, EarlyExitConfig* out) {
       MapReader ee,
       MapReader::open(model.source(), model.value("early_exit"), model.mark_of("early_exit"),
                       model.key_path("early_exit"),
-                      {"policy", "measure", "threshold", "depth", "draft_tokens", "exits",
+                      {"policy", "measure", "threshold", "calibrated_thresholds", "depth", "draft_tokens", "exits",
                        "exit_every", "exit_min_layer", "heads", "load_layers",
                        "allow_request_override", "allowed_policies", "min_threshold"}));
   ExitRule& rule = out->default_rule;
@@ -157,6 +157,7 @@ Status read_early_exit_config(const MapReader& model, EarlyExitConfig* out) {
       ee, "threshold", "a token leaves when its confidence >= threshold; 1 = never early",
       &rule.threshold));
 
+  HELIOS_RETURN_IF_ERROR(ee.read_bool("calibrated_thresholds", &rule.calibrated_thresholds));
   HELIOS_RETURN_IF_ERROR(ee.read_int("depth", &rule.depth));
   if (rule.depth < 0) {
     return ee.error("depth", "must be at least 0 (0 = the loaded depth for fixed-depth, the "

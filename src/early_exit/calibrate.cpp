@@ -126,7 +126,8 @@ StatusOr<HiddenStates> collect_hidden_states(Model& model, const std::vector<std
 }
 
 StatusOr<std::vector<int32_t>> exit_head_top1(Model& model, const float* hidden, int64_t n_rows,
-                                              const std::vector<float>& w, const std::vector<float>& b) {
+                                              const std::vector<float>& w, const std::vector<float>& b,
+                                              std::vector<float>* top1_prob) {
   Backend& be = model.backend();
   const ModelConfig& c = model.config();
   const int32_t d = c.n_embd;
@@ -169,8 +170,30 @@ StatusOr<std::vector<int32_t>> exit_head_top1(Model& model, const float* hidden,
     }
     be.matmul(normed, model.weights().output.view, rows, logits.data());
     be.exit_stats(logits.data(), rows, c.n_vocab, top1.data() + start, prob.data(), margin.data(), entropy.data());
+    if (top1_prob) top1_prob->insert(top1_prob->end(), prob.begin(), prob.begin() + rows);
   }
   return top1;
+}
+
+float fit_exit_threshold(const std::vector<float>& top1_prob, const std::vector<uint8_t>& agrees, double target,
+                         int64_t min_tokens, double* coverage) {
+  std::vector<size_t> order(top1_prob.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return top1_prob[a] > top1_prob[b]; });
+  // Walk down the confidences: the last prefix that still meets the target sets the threshold.
+  float best = 1.0f;
+  int64_t agreeing = 0, best_count = 0;
+  for (size_t k = 0; k < order.size(); ++k) {
+    agreeing += agrees[order[k]];
+    const auto n = static_cast<int64_t>(k + 1);
+    const bool tie_next = k + 1 < order.size() && top1_prob[order[k + 1]] == top1_prob[order[k]];
+    if (!tie_next && n >= min_tokens && static_cast<double>(agreeing) >= target * static_cast<double>(n)) {
+      best = top1_prob[order[k]];
+      best_count = n;
+    }
+  }
+  if (coverage) *coverage = order.empty() ? 0.0 : static_cast<double>(best_count) / static_cast<double>(order.size());
+  return best;
 }
 
 StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& data, const CalibrationOptions& opt) {
@@ -223,8 +246,9 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
     std::vector<float> w, b;
     HELIOS_RETURN_IF_ERROR(fit_affine_adapter(x_fit.data(), y_fit.data(), cal.n_fit, d, opt.ridge, &w, &b));
     const double adapter_s = seconds_since(t0);
-    HELIOS_ASSIGN_OR_RETURN(auto lens_held, exit_head_top1(model, x_held.data(), cal.n_held_out, {}, {}));
-    HELIOS_ASSIGN_OR_RETURN(auto adapter_held, exit_head_top1(model, x_held.data(), cal.n_held_out, w, b));
+    std::vector<float> lens_prob, adapter_prob;
+    HELIOS_ASSIGN_OR_RETURN(auto lens_held, exit_head_top1(model, x_held.data(), cal.n_held_out, {}, {}, &lens_prob));
+    HELIOS_ASSIGN_OR_RETURN(auto adapter_held, exit_head_top1(model, x_held.data(), cal.n_held_out, w, b, &adapter_prob));
     std::vector<int64_t> held_index(held_rows.size());
     for (size_t i = 0; i < held_index.size(); ++i) held_index[i] = static_cast<int64_t>(i);
     cal.lens_agreement = agreement(lens_held, final_held, held_index);
@@ -235,6 +259,13 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
       b.clear();
     }
     const std::vector<int32_t>& kept_held = cal.adapter_kept ? adapter_held : lens_held;
+
+    // The exit's threshold: how confident its top-1 must be to be the final layer's often enough.
+    std::vector<uint8_t> agrees_held(held_rows.size());
+    for (size_t i = 0; i < held_rows.size(); ++i) agrees_held[i] = kept_held[i] == final_held[i];
+    cal.threshold = fit_exit_threshold(cal.adapter_kept ? adapter_prob : lens_prob, agrees_held,
+                                       opt.target_agreement, std::max<int64_t>(10, cal.n_held_out / 100),
+                                       &cal.coverage);
 
     // Probe: does the kept head agree with the final layer? Labels on the fit tokens need the
     // kept head there too.
@@ -266,11 +297,13 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
     head.adapter_bias = std::move(b);
     head.agreement = static_cast<float>(cal.adapter_kept ? cal.adapter_agreement : cal.lens_agreement);
     head.probe_accuracy = static_cast<float>(cal.probe_accuracy);
+    head.threshold = static_cast<float>(cal.threshold);
     head.n_tokens = n;
     result.heads.heads.push_back(std::move(head));
     result.exits.push_back(cal);
     say(opt.log, fmt("calibrate: exit %.0f: logit lens %.3f, adapter %.3f, probe %.3f", layer, cal.lens_agreement,
                      cal.adapter_agreement, cal.probe_accuracy) +
+                     fmt(", threshold %.3f covering %.3f", cal.threshold, cal.coverage) +
                      (cal.adapter_kept ? " (adapter kept" : " (identity kept") +
                      fmt("; %.1f s: adapter %.1f, heads %.1f, probe %.1f)", seconds_since(t0), adapter_s, heads_s,
                          seconds_since(t0) - adapter_s - heads_s));
@@ -280,13 +313,14 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
 
 std::string calibration_table(const CalibrationResult& result) {
   std::string out =
-      "| layer | logit-lens agreement | adapter agreement (held-out) | head kept | probe accuracy (held-out) | base rate |\n"
-      "|---:|---:|---:|:---|---:|---:|\n";
+      "| layer | logit-lens agreement | adapter agreement (held-out) | head kept | probe accuracy (held-out) | base rate "
+      "| threshold | coverage |\n"
+      "|---:|---:|---:|:---|---:|---:|---:|---:|\n";
   char line[256];
   for (const ExitCalibration& e : result.exits) {
-    std::snprintf(line, sizeof line, "| %d | %.1f%% | %.1f%% | %s | %.1f%% | %.1f%% |\n", e.layer,
+    std::snprintf(line, sizeof line, "| %d | %.1f%% | %.1f%% | %s | %.1f%% | %.1f%% | %.3f | %.1f%% |\n", e.layer,
                   100 * e.lens_agreement, 100 * e.adapter_agreement, e.adapter_kept ? "adapter" : "identity",
-                  100 * e.probe_accuracy, 100 * e.base_rate);
+                  100 * e.probe_accuracy, 100 * e.base_rate, e.threshold, 100 * e.coverage);
     out += line;
   }
   return out;

@@ -22,7 +22,11 @@ std::string rule_label(const ExitRule& r) {
   std::string s = exit_policy_name(r.policy);
   char buf[64];
   if (uses_threshold(r.policy)) {
-    std::snprintf(buf, sizeof buf, " %s>=%.2f", confidence_measure_name(r.measure), r.threshold);
+    if (r.calibrated_thresholds) {
+      std::snprintf(buf, sizeof buf, " %s>=calibrated", confidence_measure_name(r.measure));
+    } else {
+      std::snprintf(buf, sizeof buf, " %s>=%.2f", confidence_measure_name(r.measure), r.threshold);
+    }
     s += buf;
   }
   if (uses_depth(r.policy)) s += " @" + std::to_string(r.depth);
@@ -179,7 +183,13 @@ std::string eval_table_markdown(const std::vector<EvalRow>& rows, int32_t n_laye
   for (const EvalRow& r : rows) {
     const bool thr = uses_threshold(r.rule.policy);
     char threshold[16] = "-", depth[16] = "-";
-    if (thr) std::snprintf(threshold, sizeof threshold, "%.2f", r.rule.threshold);
+    if (thr) {
+      if (r.rule.calibrated_thresholds) {
+        std::snprintf(threshold, sizeof threshold, "calibrated");
+      } else {
+        std::snprintf(threshold, sizeof threshold, "%.2f", r.rule.threshold);
+      }
+    }
     if (uses_depth(r.rule.policy)) std::snprintf(depth, sizeof depth, "%d", r.rule.depth);
     std::snprintf(line, sizeof line,
                   "| %s | %s | %s | %s | %.3f | %+.2f%% | %.1f%% | %.0f%% | %.2f / %d | %.2f | %.2f | %.2f | %.1f | %.2fx |\n",
@@ -215,7 +225,13 @@ std::string eval_rows_json(const std::vector<EvalRow>& rows, const std::string& 
         {"speedup", r.speedup},
         {"decoded_tokens", r.n_decoded},
     };
-    if (uses_threshold(r.rule.policy)) row["threshold"] = r.rule.threshold;
+    if (uses_threshold(r.rule.policy)) {
+      if (r.rule.calibrated_thresholds) {
+        row["threshold"] = "calibrated";
+      } else {
+        row["threshold"] = r.rule.threshold;
+      }
+    }
     if (uses_depth(r.rule.policy)) row["depth"] = r.rule.depth;
     if (r.rule.policy == ExitPolicy::kSelfSpeculative) {
       row["draft_tokens"] = r.rule.draft_tokens;

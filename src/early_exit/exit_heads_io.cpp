@@ -2,7 +2,7 @@
 // checked against the model it is loaded for.
 //
 // Metadata: general.architecture = "helios-exits", helios.exits.{model_name, n_layer, n_embd,
-// layers} and helios.exits.<layer>.{agreement, probe_accuracy, n_tokens}.
+// layers} and helios.exits.<layer>.{agreement, probe_accuracy, n_tokens, threshold (optional)}.
 // Tensors (GGML dims order, row length first): exit.<layer>.adapter.weight [n_embd in, n_embd out],
 // exit.<layer>.adapter.bias [n_embd], exit.<layer>.probe.weight [n_embd], exit.<layer>.probe.bias [1].
 // An absent adapter is the identity; an absent probe means the exit has none.
@@ -114,6 +114,13 @@ StatusOr<ExitHeadParams> load_head(const GgufFile& file, int32_t layer, int32_t 
   head.agreement = static_cast<float>(agreement);
   head.probe_accuracy = static_cast<float>(probe_accuracy);
   head.n_tokens = static_cast<int64_t>(n_tokens);
+  if (file.find(head_key(layer, "threshold"))) {  // optional: older sidecars have none
+    HELIOS_ASSIGN_OR_RETURN(double threshold, file.get_float(head_key(layer, "threshold")));
+    if (!(threshold >= 0.0 && threshold <= 1.0)) {
+      return invalid_argument(head_key(layer, "threshold") + " must be in [0, 1], got " + std::to_string(threshold));
+    }
+    head.threshold = static_cast<float>(threshold);
+  }
   return head;
 }
 
@@ -148,6 +155,7 @@ Status save_exit_heads(const ExitHeadSet& set, const std::string& path) {
     layers.push_back(head.layer);
     w.set_float32(head_key(head.layer, "agreement"), head.agreement);
     w.set_float32(head_key(head.layer, "probe_accuracy"), head.probe_accuracy);
+    w.set_float32(head_key(head.layer, "threshold"), head.threshold);
     w.set_uint64(head_key(head.layer, "n_tokens"), static_cast<uint64_t>(std::max<int64_t>(0, head.n_tokens)));
     if (!head.adapter_weight.empty()) {
       HELIOS_RETURN_IF_ERROR(w.add_tensor(tensor_name(head.layer, "adapter.weight"), TensorType::kF32, {d, d},

@@ -242,7 +242,7 @@ StatusOr<ForwardResult> Model::forward(const ForwardBatch& batch, KvCacheStorage
       const int32_t t = st.active[a];
       if (ws.token_row[t] < 0) continue;
       const ExitRule& r = rule(t);
-      if ((leaves_by_confidence(r.policy) && r.threshold < 1.0f) ||
+      if ((leaves_by_confidence(r.policy) && r.threshold_at(layer_no) < 1.0f) ||
           (r.policy == ExitPolicy::kFixedDepth && r.depth == layer_no)) {
         cand.push_back(a);
       }
@@ -300,17 +300,19 @@ StatusOr<ForwardResult> Model::forward(const ForwardBatch& batch, KvCacheStorage
     bool batch_confident = true;
     for (size_t i = 0; i < nc; ++i) {
       const ExitRule& r = rule(st.active[cand[i]]);
-      if (r.policy == ExitPolicy::kBatchSync && !r.confident(conf[i])) batch_confident = false;
+      if (r.policy == ExitPolicy::kBatchSync && !r.confident(layer_no, conf[i])) batch_confident = false;
     }
     for (int32_t a = 0; a < na && batch_confident; ++a) {  // a batch-sync row that cannot leave
       const int32_t t = st.active[a];
-      if (ws.token_row[t] >= 0 && rule(t).policy == ExitPolicy::kBatchSync && rule(t).threshold >= 1.0f) batch_confident = false;
+      if (ws.token_row[t] >= 0 && rule(t).policy == ExitPolicy::kBatchSync && rule(t).threshold_at(layer_no) >= 1.0f) {
+        batch_confident = false;
+      }
     }
     std::vector<int32_t> leaving;  // indices into cand
     for (size_t i = 0; i < nc; ++i) {
       const ExitRule& r = rule(st.active[cand[i]]);
       const bool leaves = r.policy == ExitPolicy::kFixedDepth ||
-                          (r.policy == ExitPolicy::kPerToken && r.confident(conf[i])) ||
+                          (r.policy == ExitPolicy::kPerToken && r.confident(layer_no, conf[i])) ||
                           (r.policy == ExitPolicy::kBatchSync && batch_confident);
       if (leaves) leaving.push_back(static_cast<int32_t>(i));
     }

@@ -98,6 +98,13 @@ bool Model::is_exit_point(int32_t layer) const {
 }
 
 ExitRule Model::resolve_exit_rule(ExitRule rule) const {
+  if (rule.calibrated_thresholds) {
+    rule.exit_thresholds.clear();
+    for (int32_t l : exit_layers_) {
+      const float t = exit_heads_[l]->params.threshold;
+      if (t > 0) rule.exit_thresholds.push_back({l, t});
+    }
+  }
   if (rule.depth == 0 && rule.policy == ExitPolicy::kFixedDepth) rule.depth = n_layers_loaded();
   if (rule.depth == 0 && rule.policy == ExitPolicy::kSelfSpeculative && !exit_layers_.empty()) {
     rule.depth = exit_layers_.front();
@@ -136,6 +143,17 @@ Status Model::check_exit_rule(const ExitRule& given) const {
     case ExitPolicy::kPerToken:
     case ExitPolicy::kBatchSync:
       if (exit_layers_.empty()) return invalid_argument(name + " needs exit points; " + points);
+      if (rule.calibrated_thresholds) {
+        if (rule.measure != ConfidenceMeasure::kTop1Prob) {
+          return invalid_argument("calibrated thresholds are top-1 probabilities: use the top1 measure");
+        }
+        for (int32_t l : exit_layers_) {
+          if (exit_heads_[l]->params.threshold <= 0) {
+            return invalid_argument("calibrated thresholds need `helios calibrate` heads with thresholds; layer " +
+                                    std::to_string(l) + " has none");
+          }
+        }
+      }
       if (rule.measure == ConfidenceMeasure::kProbe) {
         for (int32_t l : exit_layers_) {
           if (exit_heads_[l]->params.probe_weight.empty()) {

@@ -66,7 +66,9 @@ Status check_unchanged(const ExitRule& merged, const ExitRule& def) {
   std::string_view key;
   if (merged.policy != def.policy) key = "policy";
   else if (merged.measure != def.measure) key = "measure";
-  else if (merged.threshold != def.threshold) key = "threshold";
+  else if (merged.threshold != def.threshold || merged.calibrated_thresholds != def.calibrated_thresholds) {
+    key = "threshold";
+  }
   else if (merged.depth != def.depth) key = "depth";
   else if (merged.draft_tokens != def.draft_tokens) key = "draft_tokens";
   if (key.empty()) return ok_status();
@@ -130,6 +132,7 @@ StatusOr<ExitRule> exit_rule_for_request(const v1::ExitOptions& o, const EarlyEx
     }
     rule.threshold = o.threshold();
   }
+  if (o.calibrated_thresholds()) rule.calibrated_thresholds = true;
   if (o.depth() < 0) {
     return field_error("exit.", "depth", "must be >= 0 (0 = the model's default), got " + std::to_string(o.depth()));
   }
@@ -165,6 +168,7 @@ void to_exit_options(const ExitRule& rule, v1::ExitOptions* out) {
   out->set_measure(confidence_measure_name(rule.measure));
   out->set_threshold(rule.threshold);
   out->set_threshold_set(true);
+  out->set_calibrated_thresholds(rule.calibrated_thresholds);
   out->set_depth(rule.depth);
   out->set_draft_tokens(rule.draft_tokens);
 }

@@ -47,6 +47,7 @@ inline void expect_early_exit_eq(const EarlyExitConfig& a, const EarlyExitConfig
   EXPECT_FLOAT_EQ(a.default_rule.threshold, b.default_rule.threshold) << where;
   EXPECT_EQ(a.default_rule.depth, b.default_rule.depth) << where;
   EXPECT_EQ(a.default_rule.draft_tokens, b.default_rule.draft_tokens) << where;
+  EXPECT_EQ(a.default_rule.calibrated_thresholds, b.default_rule.calibrated_thresholds) << where;
   EXPECT_EQ(a.exits.layers, b.exits.layers) << where;
   EXPECT_EQ(a.exits.every, b.exits.every) << where;
   EXPECT_EQ(a.exits.min_layer, b.exits.min_layer) << where;

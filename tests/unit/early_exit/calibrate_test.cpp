@@ -137,6 +137,38 @@ TEST(Calibrate, SidecarRoundTripsWithHeadsAtTheExits) {
   }
 }
 
+TEST(Calibrate, ExitThresholdIsTheLowestConfidenceThatStillMeetsTheTarget) {
+  // Sorted by confidence: the top 4 all agree, the 5th does not, then two agree and three do not.
+  const std::vector<float> p = {0.99f, 0.95f, 0.9f, 0.85f, 0.8f, 0.7f, 0.6f, 0.5f, 0.4f, 0.3f};
+  const std::vector<uint8_t> agree = {1, 1, 1, 1, 0, 1, 1, 0, 0, 0};
+  double coverage = 0;
+  EXPECT_FLOAT_EQ(fit_exit_threshold(p, agree, 0.8, 1, &coverage), 0.6f);  // 6 of 7 agree
+  EXPECT_DOUBLE_EQ(coverage, 0.7);
+  EXPECT_FLOAT_EQ(fit_exit_threshold(p, agree, 1.0, 1, &coverage), 0.85f);
+  EXPECT_FLOAT_EQ(fit_exit_threshold(p, agree, 1.0, 5, &coverage), 1.0f);  // too few above any threshold
+  EXPECT_DOUBLE_EQ(coverage, 0.0);
+  EXPECT_FLOAT_EQ(fit_exit_threshold({}, {}, 0.9, 1, nullptr), 1.0f);
+}
+
+TEST(Calibrate, FittedThresholdsKeepLeavingTokensAgreeing) {
+  const Calibrated& c = Calibrated::get();
+  for (const ExitCalibration& e : c.result.exits) {
+    EXPECT_GT(e.threshold, 0.0) << "layer " << e.layer;
+    EXPECT_LE(e.threshold, 1.0) << "layer " << e.layer;
+    EXPECT_FLOAT_EQ(c.result.heads.find(e.layer)->threshold, static_cast<float>(e.threshold));
+  }
+  // A model with the fitted heads runs the calibrated rule.
+  Model& m = *c.s.model;
+  ASSERT_TRUE(m.set_exits({1, 2, 3, 4}, &c.result.heads).ok());
+  ExitRule rule;
+  rule.policy = ExitPolicy::kPerToken;
+  rule.calibrated_thresholds = true;
+  ASSERT_TRUE(m.check_exit_rule(rule).ok()) << m.check_exit_rule(rule).message();
+  const ExitRule resolved = m.resolve_exit_rule(rule);
+  EXPECT_EQ(resolved.exit_thresholds.size(), 4u);
+  ASSERT_TRUE(m.set_exits({1, 2, 3, 4}, nullptr).ok());
+}
+
 TEST(Calibrate, HeldOutAgreementBeatsTheLogitLensAndTheProbeBeatsTheBaseRate) {
   const Calibrated& c = Calibrated::get();
   ASSERT_EQ(c.result.exits.size(), 4u);

@@ -58,12 +58,23 @@ TEST(ConfidenceMeasureNames, OnlyProbeAndSaturationAreCheap) {
 TEST(ExitRule, ThresholdZeroAlwaysLeavesAndOneNever) {
   ExitRule rule;
   rule.threshold = 0.0f;
-  EXPECT_TRUE(rule.confident(0.0f));
+  EXPECT_TRUE(rule.confident(4, 0.0f));
   rule.threshold = 1.0f;
-  EXPECT_FALSE(rule.confident(1.0f));
+  EXPECT_FALSE(rule.confident(4, 1.0f));
   rule.threshold = 0.5f;
-  EXPECT_TRUE(rule.confident(0.5f));
-  EXPECT_FALSE(rule.confident(0.49f));
+  EXPECT_TRUE(rule.confident(4, 0.5f));
+  EXPECT_FALSE(rule.confident(4, 0.49f));
+}
+
+TEST(ExitRule, PerExitThresholdsOverrideTheRulesOne) {
+  ExitRule rule;
+  rule.threshold = 0.5f;
+  rule.exit_thresholds = {{8, 0.95f}, {16, 1.0f}};
+  EXPECT_FLOAT_EQ(rule.threshold_at(4), 0.5f);
+  EXPECT_FALSE(rule.confident(8, 0.9f));
+  EXPECT_TRUE(rule.confident(8, 0.95f));
+  EXPECT_FALSE(rule.confident(16, 1.0f));  // 1: never at that exit
+  EXPECT_TRUE(rule.confident(12, 0.6f));
 }
 
 std::vector<int32_t> resolved(const ExitPointsSpec& spec, int32_t n_layers) {

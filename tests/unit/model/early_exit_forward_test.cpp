@@ -176,6 +176,24 @@ TEST(EarlyExitForward, LayerAccountingPerPolicy) {
   }
 }
 
+TEST(EarlyExitForward, PerExitThresholdsDecideWhereTokensLeave) {
+  Fixture f(six_layer_model());
+  ForwardBatch prefill;
+  prefill.seqs.push_back(f.entry(0, kPrompt, 0));
+  f.run(prefill);
+  ExitRule rule = per_token(0.0f);
+  rule.exit_thresholds = {{2, 1.0f}};  // never at the first exit: the rule's 0 applies at the second
+  ForwardBatch step;
+  step.seqs.push_back(f.entry(0, {50}, static_cast<int32_t>(kPrompt.size()), rule));
+  const ForwardResult r = f.run(step);
+  EXPECT_EQ(r.row_exit_layer[0], 4);
+  EXPECT_EQ(r.fill_rows, kLayers - 4);
+
+  ExitRule calibrated = per_token(0.5f);
+  calibrated.calibrated_thresholds = true;  // the identity heads here have no fitted thresholds
+  EXPECT_FALSE(f.model->check_exit_rule(calibrated).ok());
+}
+
 TEST(EarlyExitForward, BatchSyncWaitsForTheLeastConfidentSequence) {
   Fixture f(six_layer_model());
   ForwardBatch prefill;
