@@ -6,6 +6,7 @@
 #      (mlenergy ShareGPT V3) at the same fixed concurrency, `full` first, ratios against it;
 #   3. quality: `helios eval` on held-out ShareGPT V3 text — perplexity increase and greedy token
 #      agreement with `full`, per policy and threshold;
+#      `full` runs again last (full-repeat), so the report states the run-to-run noise;
 #   4. bench/early_exit/pareto_report.py merges both into bench/results/early_exit_<time>.{md,json}
 #      and a Pareto plot (speed-up vs perplexity increase).
 # Usage: bench/early_exit/run_early_exit_bench.sh [--quick]
@@ -52,7 +53,8 @@ POINTS="$POINTS
 batch-sync-top1-0.9 batch-sync 0.9 0 top1 0
 fixed-depth-24 fixed-depth 0 0 top1 24
 fixed-depth-20 fixed-depth 0 0 top1 20
-self-speculative-16 self-speculative 0.9 16 top1 0"
+self-speculative-16 self-speculative 0.9 16 top1 0
+full-repeat full 0.9 0 top1 0"  # full again, last: the run-to-run noise of the serving figures
 
 configs=()  # the file name is the point's label
 while read -r label policy threshold depth measure load; do
