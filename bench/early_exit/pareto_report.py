@@ -126,7 +126,6 @@ def main():
         "perplexity is teacher-forced over whole chunks, one batch each, so it leaves only when every row "
         "of the chunk is confident; its agreement (decoding one sequence) is the telling number.",
         "",
-        "",
         "Run-to-run noise: " + ("full ran again last at {:.2f}x of its first run, so serving speed-ups within "
                                 "±{:.0f}% are noise.".format(repeat["speedup"], 100 * noise) if repeat else "not measured."),
         "The eval speed-up is decode at batch 1 (one sequence, `helios eval`), where a token that leaves "
