@@ -4,6 +4,8 @@
 
 #include <filesystem>
 
+#include "helios/model_tools.h"
+
 namespace helios::testing {
 
 std::string source_dir() { return HELIOS_SOURCE_DIR; }
@@ -21,6 +23,18 @@ std::string temp_dir() {
     return path.string();
   }();
   return dir;
+}
+
+std::string stories260k_path() {
+  const std::string cached = models_dir() + "/stories260K.gguf";
+  if (std::filesystem::exists(cached)) return cached;
+  const std::string dir = shared_data_dir() + "/models/stories260K/";
+  const std::string out = temp_dir() + "/stories260K.gguf";
+  if (!std::filesystem::exists(out)) {
+    const Status s = convert_llama2c(dir + "stories260K.bin", dir + "tok512.bin", out);
+    if (!s.ok()) return cached;  // the caller's load then names the missing file
+  }
+  return out;
 }
 
 }  // namespace helios::testing

@@ -94,14 +94,8 @@ TEST(CudaBackend, DecisionOpsMatchTheDefaults) {
 }
 
 std::string stories_path() {
-  const std::string cached = testing::models_dir() + "/stories260K.gguf";
-  if (std::filesystem::exists(cached)) return cached;
-  const std::string dir = testing::shared_data_dir() + "/models/stories260K/";
-  const std::string out = testing::temp_dir() + "/stories260K.gguf";
-  if (!std::filesystem::exists(out) && std::filesystem::exists(dir + "stories260K.bin")) {
-    EXPECT_TRUE(convert_llama2c(dir + "stories260K.bin", dir + "tok512.bin", out).ok());
-  }
-  return std::filesystem::exists(out) ? out : "";
+  const std::string path = testing::stories260k_path();
+  return std::filesystem::exists(path) ? path : "";
 }
 
 TEST(CudaBackend, Stories260KGivesTheCpuGreedyTokensAndLogits) {

@@ -15,17 +15,7 @@
 
 namespace helios::testing {
 
-inline std::string stories_model_path() {
-  const std::string cached = models_dir() + "/stories260K.gguf";
-  if (std::filesystem::exists(cached)) return cached;
-  const std::string dir = shared_data_dir() + "/models/stories260K/";
-  const std::string out = temp_dir() + "/stories260K.gguf";
-  if (!std::filesystem::exists(out)) {
-    const Status s = convert_llama2c(dir + "stories260K.bin", dir + "tok512.bin", out);
-    EXPECT_TRUE(s.ok()) << s.to_string();
-  }
-  return out;
-}
+inline std::string stories_model_path() { return stories260k_path(); }
 
 struct StoriesModel {
   std::unique_ptr<Backend> backend = make_cpu_backend(1);

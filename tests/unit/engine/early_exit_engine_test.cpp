@@ -71,8 +71,7 @@ Outcome drain(RequestStream& stream) {
 const char* kPrompts[] = {"Once upon a time", "The little dog ran", "Lily and Tom", "One day, a big bird"};
 
 TEST(EarlyExitEngine, BatchedSelfSpeculativeEqualsFull) {
-  const std::string path = testing::models_dir() + "/stories260K.gguf";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " missing (scripts/setup.sh makes it)";
+  const std::string path = testing::stories260k_path();
   Served s(path);
   ExitRule spec;
   spec.policy = ExitPolicy::kSelfSpeculative;
@@ -110,8 +109,7 @@ TEST(EarlyExitEngine, BatchedSelfSpeculativeEqualsFull) {
 
 TEST(EarlyExitEngine, SelfSpeculativeSurvivesAFullCache) {
   // Too few blocks for the lookahead of every request at once: rounds draft less, output holds.
-  const std::string path = testing::models_dir() + "/stories260K.gguf";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " missing (scripts/setup.sh makes it)";
+  const std::string path = testing::stories260k_path();
   Served small(path, 16);
   Served big(path);
   ExitRule spec;
@@ -127,8 +125,7 @@ TEST(EarlyExitEngine, SelfSpeculativeSurvivesAFullCache) {
 }
 
 TEST(EarlyExitEngine, RefusesARuleTheModelCannotRun) {
-  const std::string path = testing::models_dir() + "/stories260K.gguf";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " missing (scripts/setup.sh makes it)";
+  const std::string path = testing::stories260k_path();
   Served s(path);
   ExitRule probe;
   probe.policy = ExitPolicy::kPerToken;

@@ -305,7 +305,7 @@ void expect_speculative_equals_full(const std::string& path, const std::vector<s
 }
 
 TEST(SelfSpeculative, EqualsFullOnStories260K) {
-  expect_speculative_equals_full(testing::models_dir() + "/stories260K.gguf",
+  expect_speculative_equals_full(testing::stories260k_path(),
                                  {"Once upon a time", "The little dog", "Lily and Tom went to the park."}, 2, {1, 3, 6});
 }
 
