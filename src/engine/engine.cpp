@@ -339,13 +339,16 @@ void Engine::Impl::run_batch(const SchedulerOutput& out, const std::vector<size_
 void Engine::Impl::run_speculative(const SchedulerOutput& out, int32_t draft_layer,
                                    const std::vector<size_t>& members) {
   std::vector<SpeculativeSeq> round;
+  // Drafted tokens count against the step's token budget (the scheduler counted one per sequence).
+  int32_t budget = options.scheduler.max_batched_tokens - out.n_batched_tokens;
   for (size_t i : members) {
     const ScheduledSequence& s = out.seqs[i];
     const LiveRequest& r = *live[s.id];
     // Never draft past max_tokens; the drafted positions need KV blocks, and without free ones
     // this round drafts nothing (a plain decode in two halves).
-    int32_t n_draft = std::max(0, std::min(r.request.exit.draft_tokens, r.request.max_tokens - r.n_generated - 1));
+    int32_t n_draft = std::max(0, std::min({r.request.exit.draft_tokens, r.request.max_tokens - r.n_generated - 1, budget}));
     if (n_draft > 0 && !kv_manager.reserve(s.id, s.start_pos + 1 + n_draft)) n_draft = 0;
+    budget -= n_draft;
     SpeculativeSeq seq;
     seq.table = kv_manager.table(s.id);
     seq.input = (*scheduler.tokens(s.id))[s.start_pos];

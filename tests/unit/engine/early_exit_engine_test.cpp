@@ -16,7 +16,7 @@ struct Served {
   std::unique_ptr<Model> model;
   std::unique_ptr<Engine> engine;
 
-  explicit Served(const std::string& path, int32_t n_kv_blocks = 256) {
+  explicit Served(const std::string& path, int32_t n_kv_blocks = 256, int32_t max_batched_tokens = 512) {
     auto m = Model::load(path, *backend);
     EXPECT_TRUE(m.ok()) << m.status().message();
     model = std::move(*m);
@@ -24,6 +24,7 @@ struct Served {
     EngineOptions options;
     options.n_kv_blocks = n_kv_blocks;
     options.block_size = 16;
+    options.scheduler.max_batched_tokens = max_batched_tokens;
     auto e = Engine::start(*model, options, nullptr);
     EXPECT_TRUE(e.ok()) << e.status().message();
     engine = std::move(*e);
@@ -122,6 +123,25 @@ TEST(EarlyExitEngine, SelfSpeculativeSurvivesAFullCache) {
     b.push_back(*big.engine->submit(request(*big.model, "b" + std::to_string(i), kPrompts[i], {}, 0.0f)));
   }
   for (int i = 0; i < 4; ++i) EXPECT_EQ(drain(*a[i]).ids, drain(*b[i]).ids) << kPrompts[i];
+}
+
+TEST(EarlyExitEngine, DraftsStayWithinTheStepTokenBudget) {
+  // A budget of 6 tokens for 4 decoding sequences leaves 2 drafts a step in all: fewer drafts,
+  // the same output.
+  const std::string path = testing::stories260k_path();
+  Served tight(path, 256, 6);
+  Served loose(path);
+  ExitRule spec;
+  spec.policy = ExitPolicy::kSelfSpeculative;
+  spec.depth = 3;
+  spec.draft_tokens = 4;
+  std::vector<std::shared_ptr<RequestStream>> a, b;
+  for (int i = 0; i < 4; ++i) {
+    a.push_back(*tight.engine->submit(request(*tight.model, "t" + std::to_string(i), kPrompts[i], spec, 0.0f)));
+    b.push_back(*loose.engine->submit(request(*loose.model, "l" + std::to_string(i), kPrompts[i], spec, 0.0f)));
+  }
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(drain(*a[i]).ids, drain(*b[i]).ids) << kPrompts[i];
+  EXPECT_LT(tight.engine->status().draft_tokens_total, loose.engine->status().draft_tokens_total);
 }
 
 TEST(EarlyExitEngine, RefusesARuleTheModelCannotRun) {
