@@ -108,39 +108,36 @@ TEST(EarlyExitEngine, BatchedSelfSpeculativeEqualsFull) {
   EXPECT_GT(st.kv_fill_layers_total, 0);
 }
 
+ExitRule speculative(int32_t depth, int32_t drafts) {
+  ExitRule r;
+  r.policy = ExitPolicy::kSelfSpeculative;
+  r.depth = depth;
+  r.draft_tokens = drafts;
+  return r;
+}
+
+// The four prompts, all in flight at once on one engine, greedy; their token ids.
+std::vector<std::vector<TokenId>> serve_all(Served& s, const ExitRule& rule) {
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 4; ++i) streams.push_back(*s.engine->submit(request(*s.model, std::to_string(i), kPrompts[i], rule, 0.0f)));
+  std::vector<std::vector<TokenId>> ids;
+  for (auto& stream : streams) ids.push_back(drain(*stream).ids);
+  return ids;
+}
+
 TEST(EarlyExitEngine, SelfSpeculativeSurvivesAFullCache) {
   // Too few blocks for the lookahead of every request at once: rounds draft less, output holds.
-  const std::string path = testing::stories260k_path();
-  Served small(path, 16);
-  Served big(path);
-  ExitRule spec;
-  spec.policy = ExitPolicy::kSelfSpeculative;
-  spec.depth = 3;
-  spec.draft_tokens = 8;
-  std::vector<std::shared_ptr<RequestStream>> a, b;
-  for (int i = 0; i < 4; ++i) {
-    a.push_back(*small.engine->submit(request(*small.model, "s" + std::to_string(i), kPrompts[i], spec, 0.0f)));
-    b.push_back(*big.engine->submit(request(*big.model, "b" + std::to_string(i), kPrompts[i], {}, 0.0f)));
-  }
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(drain(*a[i]).ids, drain(*b[i]).ids) << kPrompts[i];
+  Served small(testing::stories260k_path(), 16);
+  Served big(testing::stories260k_path());
+  EXPECT_EQ(serve_all(small, speculative(3, 8)), serve_all(big, ExitRule{}));
 }
 
 TEST(EarlyExitEngine, DraftsStayWithinTheStepTokenBudget) {
   // A budget of 6 tokens for 4 decoding sequences leaves 2 drafts a step in all: fewer drafts,
   // the same output.
-  const std::string path = testing::stories260k_path();
-  Served tight(path, 256, 6);
-  Served loose(path);
-  ExitRule spec;
-  spec.policy = ExitPolicy::kSelfSpeculative;
-  spec.depth = 3;
-  spec.draft_tokens = 4;
-  std::vector<std::shared_ptr<RequestStream>> a, b;
-  for (int i = 0; i < 4; ++i) {
-    a.push_back(*tight.engine->submit(request(*tight.model, "t" + std::to_string(i), kPrompts[i], spec, 0.0f)));
-    b.push_back(*loose.engine->submit(request(*loose.model, "l" + std::to_string(i), kPrompts[i], spec, 0.0f)));
-  }
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(drain(*a[i]).ids, drain(*b[i]).ids) << kPrompts[i];
+  Served tight(testing::stories260k_path(), 256, 6);
+  Served loose(testing::stories260k_path());
+  EXPECT_EQ(serve_all(tight, speculative(3, 4)), serve_all(loose, speculative(3, 4)));
   EXPECT_LT(tight.engine->status().draft_tokens_total, loose.engine->status().draft_tokens_total);
 }
 
