@@ -34,7 +34,17 @@ enum class ConfidenceMeasure {
   kSaturation,  // cos(h_k, h_{k-1}) (cheap)
 };
 
+// Every policy and measure, in the order help texts and errors list them.
+inline constexpr ExitPolicy kExitPolicies[] = {ExitPolicy::kFull, ExitPolicy::kPerToken, ExitPolicy::kBatchSync,
+                                               ExitPolicy::kFixedDepth, ExitPolicy::kSelfSpeculative};
+inline constexpr ConfidenceMeasure kConfidenceMeasures[] = {
+    ConfidenceMeasure::kTop1Prob, ConfidenceMeasure::kMargin, ConfidenceMeasure::kEntropy,
+    ConfidenceMeasure::kProbe, ConfidenceMeasure::kSaturation};
+inline constexpr int32_t kMaxDraftTokens = 16;  // self-speculative tokens drafted per verification
+
 const char* exit_policy_name(ExitPolicy policy);  // "full", "per-token", "batch-sync", ...
+std::string exit_policy_names();                  // "full, per-token, ...": what errors offer
+std::string confidence_measure_names();
 // INVALID_ARGUMENT listing the valid names.
 StatusOr<ExitPolicy> parse_exit_policy(const std::string& name);
 const char* confidence_measure_name(ConfidenceMeasure measure);  // "top1", "margin", "entropy", "probe", "saturation"

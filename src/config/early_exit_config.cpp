@@ -10,24 +10,16 @@ namespace helios::config_detail {
 
 namespace {
 
-constexpr ExitPolicy kPolicies[] = {ExitPolicy::kFull, ExitPolicy::kPerToken,
-                                    ExitPolicy::kBatchSync, ExitPolicy::kFixedDepth,
-                                    ExitPolicy::kSelfSpeculative};
-constexpr ConfidenceMeasure kMeasures[] = {
-    ConfidenceMeasure::kTop1Prob, ConfidenceMeasure::kMargin, ConfidenceMeasure::kEntropy,
-    ConfidenceMeasure::kProbe, ConfidenceMeasure::kSaturation};
-constexpr int32_t kMaxDraftTokens = 16;
-
 // The names come from early_exit.h, so config and API accept the same spellings.
 std::vector<std::pair<std::string_view, ExitPolicy>> policy_choices() {
   std::vector<std::pair<std::string_view, ExitPolicy>> out;
-  for (ExitPolicy p : kPolicies) out.emplace_back(exit_policy_name(p), p);
+  for (ExitPolicy p : kExitPolicies) out.emplace_back(exit_policy_name(p), p);
   return out;
 }
 
 std::vector<std::pair<std::string_view, ConfidenceMeasure>> measure_choices() {
   std::vector<std::pair<std::string_view, ConfidenceMeasure>> out;
-  for (ConfidenceMeasure m : kMeasures) out.emplace_back(confidence_measure_name(m), m);
+  for (ConfidenceMeasure m : kConfidenceMeasures) out.emplace_back(confidence_measure_name(m), m);
   return out;
 }
 
@@ -54,11 +46,11 @@ Status read_allowed_policies(const MapReader& ee, std::vector<ExitPolicy>* out) 
   std::vector<std::string> names;
   HELIOS_RETURN_IF_ERROR(ee.read_string_list("allowed_policies", &names));
   std::vector<std::string_view> valid;
-  for (ExitPolicy p : kPolicies) valid.push_back(exit_policy_name(p));
+  for (ExitPolicy p : kExitPolicies) valid.push_back(exit_policy_name(p));
   out->clear();
   for (size_t i = 0; i < names.size(); ++i) {
     bool found = false;
-    for (ExitPolicy p : kPolicies) {
+    for (ExitPolicy p : kExitPolicies) {
       if (names[i] == exit_policy_name(p)) {
         out->push_back(p);
         found = true;

@@ -8,12 +8,6 @@
 namespace helios {
 namespace {
 
-constexpr ExitPolicy kPolicies[] = {ExitPolicy::kFull, ExitPolicy::kPerToken, ExitPolicy::kBatchSync,
-                                    ExitPolicy::kFixedDepth, ExitPolicy::kSelfSpeculative};
-constexpr ConfidenceMeasure kMeasures[] = {ConfidenceMeasure::kTop1Prob, ConfidenceMeasure::kMargin,
-                                           ConfidenceMeasure::kEntropy, ConfidenceMeasure::kProbe,
-                                           ConfidenceMeasure::kSaturation};
-
 // "a, b, c": the names a parse error offers.
 template <typename Enum, size_t N, typename NameOf>
 std::string joined_names(const Enum (&values)[N], NameOf name_of) {
@@ -27,6 +21,10 @@ std::string joined_names(const Enum (&values)[N], NameOf name_of) {
 
 }  // namespace
 
+std::string exit_policy_names() { return joined_names(kExitPolicies, exit_policy_name); }
+
+std::string confidence_measure_names() { return joined_names(kConfidenceMeasures, confidence_measure_name); }
+
 const char* exit_policy_name(ExitPolicy policy) {
   switch (policy) {
     case ExitPolicy::kFull: return "full";
@@ -39,11 +37,11 @@ const char* exit_policy_name(ExitPolicy policy) {
 }
 
 StatusOr<ExitPolicy> parse_exit_policy(const std::string& name) {
-  for (ExitPolicy p : kPolicies) {
+  for (ExitPolicy p : kExitPolicies) {
     if (name == exit_policy_name(p)) return p;
   }
   return invalid_argument("unknown exit policy '" + name + "'; valid: " +
-                          joined_names(kPolicies, exit_policy_name));
+                          exit_policy_names());
 }
 
 const char* confidence_measure_name(ConfidenceMeasure measure) {
@@ -58,11 +56,11 @@ const char* confidence_measure_name(ConfidenceMeasure measure) {
 }
 
 StatusOr<ConfidenceMeasure> parse_confidence_measure(const std::string& name) {
-  for (ConfidenceMeasure m : kMeasures) {
+  for (ConfidenceMeasure m : kConfidenceMeasures) {
     if (name == confidence_measure_name(m)) return m;
   }
   return invalid_argument("unknown confidence measure '" + name + "'; valid: " +
-                          joined_names(kMeasures, confidence_measure_name));
+                          confidence_measure_names());
 }
 
 bool is_cheap_measure(ConfidenceMeasure measure) {

@@ -136,8 +136,9 @@ Status Model::check_exit_rule(const ExitRule& given) const {
         return invalid_argument("self-speculative drafts at an exit point (depth); got " +
                                 std::to_string(rule.depth) + ", and " + points);
       }
-      if (rule.draft_tokens < 1 || rule.draft_tokens > 16) {
-        return invalid_argument("self-speculative draft_tokens must be 1..16, got " + std::to_string(rule.draft_tokens));
+      if (rule.draft_tokens < 1 || rule.draft_tokens > kMaxDraftTokens) {
+        return invalid_argument("self-speculative draft_tokens must be 1.." + std::to_string(kMaxDraftTokens) +
+                                ", got " + std::to_string(rule.draft_tokens));
       }
       return ok_status();
     case ExitPolicy::kPerToken:

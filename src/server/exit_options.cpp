@@ -7,14 +7,6 @@
 namespace helios::server {
 namespace {
 
-constexpr ExitPolicy kPolicies[] = {ExitPolicy::kFull, ExitPolicy::kPerToken,
-                                    ExitPolicy::kBatchSync, ExitPolicy::kFixedDepth,
-                                    ExitPolicy::kSelfSpeculative};
-constexpr ConfidenceMeasure kMeasures[] = {
-    ConfidenceMeasure::kTop1Prob, ConfidenceMeasure::kMargin, ConfidenceMeasure::kEntropy,
-    ConfidenceMeasure::kProbe, ConfidenceMeasure::kSaturation};
-constexpr int32_t kMaxDraftTokens = 16;  // as the config allows
-
 Status field_error(std::string_view prefix, std::string_view key, const std::string& what) {
   return invalid_argument(std::string(prefix) + std::string(key) + ": " + what);
 }
@@ -44,20 +36,15 @@ bool needs_exit_points(ExitPolicy policy) {
 
 // Policy and measure names: the spellings early_exit.h gives, listed when one is unknown.
 StatusOr<ExitPolicy> policy_from_name(const std::string& name) {
-  for (ExitPolicy p : kPolicies) {
-    if (name == exit_policy_name(p)) return p;
-  }
-  return field_error("exit.", "policy", "unknown policy '" + name + "'; valid: " +
-                                            policy_names({std::begin(kPolicies), std::end(kPolicies)}));
+  auto policy = parse_exit_policy(name);
+  if (policy.ok()) return policy;
+  return field_error("exit.", "policy", "unknown policy '" + name + "'; valid: " + exit_policy_names());
 }
 
 StatusOr<ConfidenceMeasure> measure_from_name(const std::string& name) {
-  std::string valid;
-  for (ConfidenceMeasure m : kMeasures) {
-    if (name == confidence_measure_name(m)) return m;
-    valid += (valid.empty() ? "" : ", ") + std::string(confidence_measure_name(m));
-  }
-  return field_error("exit.", "measure", "unknown measure '" + name + "'; valid: " + valid);
+  auto measure = parse_confidence_measure(name);
+  if (measure.ok()) return measure;
+  return field_error("exit.", "measure", "unknown measure '" + name + "'; valid: " + confidence_measure_names());
 }
 
 // A server with allow_request_override off takes only options that leave its default as it is,
