@@ -54,7 +54,7 @@ StatusOr<HiddenStates> collect_hidden_states(Model& model, const std::vector<std
 
 // Top-1 token of the exit head lm_head(final_norm(W h + b)) for rows h [n, n_embd]; an empty w
 // is the identity (logit lens). Runs on the model's backend with its own (possibly quantized) LM
-// head, the same ops as Model::forward's exit heads.
+// head, through Model::apply_exit_head as the forward pass runs its exit heads.
 // `top1_prob`, when given, gets each row's top-1 probability.
 StatusOr<std::vector<int32_t>> exit_head_top1(Model& model, const float* hidden, int64_t n_rows,
                                               const std::vector<float>& w, const std::vector<float>& b,

@@ -95,6 +95,12 @@ class Model {
   // first exit point for self-speculative. forward() resolves every entry's rule itself.
   ExitRule resolve_exit_rule(ExitRule rule) const;
 
+  // An exit head on n rows of hidden states in backend memory: W h + b when `adapter` is given,
+  // then the final norm and the LM head into `logits` [n, n_vocab]. `rows` is overwritten with the
+  // head's normed input; `scratch` [n, n_embd] holds W h + b.
+  void apply_exit_head(float* rows, int32_t n, const WeightMatrix* adapter, const float* bias, float* scratch,
+                       float* logits) const;
+
   // Runs the batch through every loaded layer, writing each token's K/V into `kv`, and returns
   // the logits the entries asked for. INVALID_ARGUMENT for a malformed batch (a token id outside
   // the vocabulary, a block table too short, a position past the cache).

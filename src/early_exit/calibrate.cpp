@@ -138,7 +138,7 @@ StatusOr<std::vector<int32_t>> exit_head_top1(Model& model, const float* hidden,
   }
   const int64_t chunk = std::min<int64_t>(kHeadChunkRows, std::max<int64_t>(n_rows, 1));
   Buffer in(&be, chunk * d);                          // [chunk, n_embd] h, then the normed head input
-  Buffer mid(&be, chunk * d);                         // [chunk, n_embd] W h + b, or norm(h)
+  Buffer mid(&be, chunk * d);                         // [chunk, n_embd] W h + b
   Buffer logits(&be, static_cast<size_t>(chunk) * c.n_vocab);  // [chunk, n_vocab]
   Matrix weight;  // as Model::set_exits uploads it
   Buffer bias;
@@ -149,26 +149,13 @@ StatusOr<std::vector<int32_t>> exit_head_top1(Model& model, const float* hidden,
   if (in.empty() || mid.empty() || logits.empty() || (adapter && bias.empty())) {
     return resource_exhausted("no backend memory for an exit-head pass of " + std::to_string(chunk) + " rows");
   }
-  WeightMatrix view;
-  if (adapter) {
-    be.upload(bias.data(), b.data(), b.size());
-    view = weight.view;
-  }
+  if (adapter) be.upload(bias.data(), b.data(), b.size());
   std::vector<int32_t> top1(n_rows);
   std::vector<float> prob(chunk), margin(chunk), entropy(chunk);
   for (int64_t start = 0; start < n_rows; start += chunk) {
     const auto rows = static_cast<int32_t>(std::min(chunk, n_rows - start));
     be.upload(in.data(), hidden + start * d, static_cast<size_t>(rows) * d);
-    float* normed = mid.data();
-    if (adapter) {  // as Model::forward's exit head: W h + b, then the final norm and LM head
-      be.matmul(in.data(), view, rows, mid.data());
-      for (int32_t r = 0; r < rows; ++r) be.add(mid.data() + static_cast<int64_t>(r) * d, bias.data(), d);
-      normed = in.data();
-      be.rmsnorm(mid.data(), model.weights().output_norm.data(), rows, d, c.rms_eps, normed);
-    } else {
-      be.rmsnorm(in.data(), model.weights().output_norm.data(), rows, d, c.rms_eps, normed);
-    }
-    be.matmul(normed, model.weights().output.view, rows, logits.data());
+    model.apply_exit_head(in.data(), rows, adapter ? &weight.view : nullptr, bias.data(), mid.data(), logits.data());
     be.exit_stats(logits.data(), rows, c.n_vocab, top1.data() + start, prob.data(), margin.data(), entropy.data());
     if (top1_prob) top1_prob->insert(top1_prob->end(), prob.begin(), prob.begin() + rows);
   }

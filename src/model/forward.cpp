@@ -75,15 +75,24 @@ void Model::head_logits(const float* states, const std::vector<int32_t>& rows, i
   Workspace& ws = *ws_;
   const auto n = static_cast<int32_t>(rows.size());
   be.embedding(rows.data(), n, states, c.n_embd, ws.head_in.data());  // gather
-  float* in = ws.head_in.data();
   const ExitHead* head = layer < static_cast<int32_t>(exit_heads_.size()) ? exit_heads_[layer].get() : nullptr;
-  if (head && layer < c.n_layer && head->adapter.view.data) {
-    be.matmul(in, head->adapter.view, n, ws.head_tmp.data());
-    for (int32_t r = 0; r < n; ++r) be.add(ws.head_tmp.data() + static_cast<int64_t>(r) * c.n_embd, head->bias.data(), c.n_embd);
-    in = ws.head_tmp.data();
+  const bool adapted = head && layer < c.n_layer && head->adapter.view.data;
+  apply_exit_head(ws.head_in.data(), n, adapted ? &head->adapter.view : nullptr, adapted ? head->bias.data() : nullptr,
+                  ws.head_tmp.data(), ws.logits.data());
+}
+
+void Model::apply_exit_head(float* rows, int32_t n, const WeightMatrix* adapter, const float* bias, float* scratch,
+                            float* logits) const {
+  const ModelConfig& c = config_;
+  Backend& be = backend_;
+  const float* in = rows;
+  if (adapter) {
+    be.matmul(rows, *adapter, n, scratch);
+    for (int32_t r = 0; r < n; ++r) be.add(scratch + static_cast<int64_t>(r) * c.n_embd, bias, c.n_embd);
+    in = scratch;
   }
-  be.rmsnorm(in, weights_.output_norm.data(), n, c.n_embd, c.rms_eps, ws.head_in.data());
-  be.matmul(ws.head_in.data(), weights_.output.view, n, ws.logits.data());
+  be.rmsnorm(in, weights_.output_norm.data(), n, c.n_embd, c.rms_eps, rows);
+  be.matmul(rows, weights_.output.view, n, logits);
 }
 
 StatusOr<ForwardResult> Model::forward(const ForwardBatch& batch, KvCacheStorage& kv) {
