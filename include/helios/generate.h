@@ -62,6 +62,14 @@ struct SpeculativeWork {
 Status speculative_round(Model& model, KvCacheStorage& kv, int32_t draft_layer, std::vector<SpeculativeSeq>& seqs,
                          ForwardResult* verify, SpeculativeWork* work);
 
+// Takes a verified round's tokens in order: `take(row, &token)` samples the verification row after
+// inputs[0..i] (row first_row + i), records the token and says whether the generation goes on. A
+// row stands only while every draft before it was the full model's choice, so the walk stops at
+// the first token that is not the next draft (or when the generation ends). Returns the drafts
+// confirmed.
+using TakeVerifiedRow = std::function<bool(int32_t row, TokenId* token)>;
+int32_t take_speculated(const SpeculativeSeq& seq, const TakeVerifiedRow& take);
+
 StatusOr<GenerateResult> generate(Model& model, const std::vector<TokenId>& prompt,
                                   const GenerateOptions& options, const TextSink& on_text = nullptr);
 

@@ -370,21 +370,15 @@ void Engine::Impl::run_speculative(const SchedulerOutput& out, int32_t draft_lay
     std::vector<TokenId> emitted;
     std::vector<TokenEvent> events;
     GenerationUpdate last;
-    int32_t accepted = 0;
-    // Row i is the full model's next token after inputs[0..i]; it stands while the drafts before
-    // it were what the full model chose.
-    for (int32_t i = 0; i <= seq.n_draft; ++i) {
-      const int32_t row = seq.first_row + i;
-      const TokenId token = sample(r, fr.row(row), fr.n_vocab, history);
-      history.push_back(token);
-      emitted.push_back(token);
-      last = r.on_token(token, fr.row(row), fr.n_vocab, fr.row_exit_layer[row], fr.row_confidence[row],
+    const int32_t accepted = take_speculated(seq, [&](int32_t row, TokenId* token) {
+      *token = sample(r, fr.row(row), fr.n_vocab, history);
+      history.push_back(*token);
+      emitted.push_back(*token);
+      last = r.on_token(*token, fr.row(row), fr.n_vocab, fr.row_exit_layer[row], fr.row_confidence[row],
                         model.tokenizer());
       events.insert(events.end(), last.tokens.begin(), last.tokens.end());
-      if (last.finish != GenerationFinish::kNone) break;
-      if (i < seq.n_draft && seq.inputs[i + 1] != token) break;
-      if (i < seq.n_draft) ++accepted;
-    }
+      return last.finish == GenerationFinish::kNone;
+    });
     scheduler.append_speculated(id, emitted);
     // Every drafted input ran the whole stack once: draft blocks, then verify blocks.
     const double layers_each = static_cast<double>(seq.n_draft + 1) * model.n_layers_loaded() / emitted.size();

@@ -143,6 +143,18 @@ Status speculative_round(Model& model, KvCacheStorage& kv, int32_t draft_layer, 
   return ok_status();
 }
 
+int32_t take_speculated(const SpeculativeSeq& seq, const TakeVerifiedRow& take) {
+  int32_t confirmed = 0;
+  for (int32_t i = 0; i <= seq.n_draft; ++i) {
+    TokenId token = 0;
+    const bool going = take(seq.first_row + i, &token);
+    const bool draft_confirmed = i < seq.n_draft && seq.inputs[i + 1] == token;
+    confirmed += draft_confirmed;
+    if (!going || !draft_confirmed) break;
+  }
+  return confirmed;
+}
+
 StatusOr<GenerateResult> generate(Model& model, const std::vector<TokenId>& prompt,
                                   const GenerateOptions& opt, const TextSink& on_text) {
   HELIOS_RETURN_IF_ERROR(opt.sampling.validate());
@@ -202,17 +214,14 @@ StatusOr<GenerateResult> generate(Model& model, const std::vector<TokenId>& prom
       round[0].position = position;
       round[0].n_draft = n_draft;
       HELIOS_RETURN_IF_ERROR(speculative_round(model, kv, rule.depth, round, &fr, &work));
-      const std::vector<TokenId>& inputs = round[0].inputs;
       out.decode_layer_rows += work.layer_rows;
       out.decode_head_rows += work.head_rows;
       out.drafted += n_draft;
-      // Row i is the full model's next token after inputs[0..i]; it stands while the drafts
-      // before it were what the full model chose.
-      for (int32_t i = 0; i <= n_draft && going; ++i) {
-        going = gen.take(fr.row(i), fr.n_vocab, fr.row_exit_layer[i], fr.row_confidence[i]);
-        if (i < n_draft && inputs[i + 1] != gen.last()) break;
-        if (i < n_draft) ++out.accepted;
-      }
+      out.accepted += take_speculated(round[0], [&](int32_t row, TokenId* token) {
+        going = gen.take(fr.row(row), fr.n_vocab, fr.row_exit_layer[row], fr.row_confidence[row]);
+        *token = gen.last();
+        return going;
+      });
       continue;
     }
     ForwardBatch batch;
