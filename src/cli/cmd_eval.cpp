@@ -18,6 +18,9 @@ constexpr int32_t kPromptTokens = 128;  // prompts are cut to their first tokens
 StatusOr<std::vector<ExitRule>> rules_from_args(const Args& args, const Model& model) {
   const std::vector<std::string> thresholds = split_list(args.str("threshold"));
   if (thresholds.empty()) return invalid_argument("--threshold needs at least one value");
+  for (const std::string& t : thresholds) {  // checked whether or not a listed policy reads them
+    if (t != "calibrated") HELIOS_RETURN_IF_ERROR(parse_number_list("threshold", t).status());
+  }
   const std::vector<std::string> policies = split_list(args.str("policy"));
   if (policies.empty()) return invalid_argument("--policy needs at least one policy");
   HELIOS_ASSIGN_OR_RETURN(int64_t depth, args.integer("depth"));

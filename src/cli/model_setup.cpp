@@ -44,34 +44,36 @@ std::vector<std::string> split_list(const std::string& text) {
   return out;
 }
 
-StatusOr<std::vector<int32_t>> parse_int_list(const std::string& option, const std::string& text) {
-  std::vector<int32_t> out;
+namespace {
+
+// Each item of a comma list through `convert` (std::stoi / std::stod), which must use it whole.
+template <typename T, typename Convert>
+StatusOr<std::vector<T>> parse_list(const std::string& option, const std::string& text, Convert convert,
+                                    const char* expected) {
+  std::vector<T> out;
   for (const std::string& item : split_list(text)) {
     try {
       size_t used = 0;
-      const int v = std::stoi(item, &used);
+      const T v = convert(item, &used);
       if (used != item.size()) throw std::invalid_argument(item);
       out.push_back(v);
     } catch (const std::exception&) {
-      return invalid_argument("--" + option + ": '" + item + "' is not an integer (expected e.g. 4,8,12)");
+      return invalid_argument("--" + option + ": '" + item + "' is not " + expected);
     }
   }
   return out;
 }
 
+}  // namespace
+
+StatusOr<std::vector<int32_t>> parse_int_list(const std::string& option, const std::string& text) {
+  return parse_list<int32_t>(option, text, [](const std::string& s, size_t* used) { return std::stoi(s, used); },
+                             "an integer (expected e.g. 4,8,12)");
+}
+
 StatusOr<std::vector<double>> parse_number_list(const std::string& option, const std::string& text) {
-  std::vector<double> out;
-  for (const std::string& item : split_list(text)) {
-    try {
-      size_t used = 0;
-      const double v = std::stod(item, &used);
-      if (used != item.size()) throw std::invalid_argument(item);
-      out.push_back(v);
-    } catch (const std::exception&) {
-      return invalid_argument("--" + option + ": '" + item + "' is not a number (expected e.g. 0.5,0.9)");
-    }
-  }
-  return out;
+  return parse_list<double>(option, text, [](const std::string& s, size_t* used) { return std::stod(s, used); },
+                            "a number (expected e.g. 0.5,0.9)");
 }
 
 StatusOr<LoadedModel> load_model(const Args& args) {
