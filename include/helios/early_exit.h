@@ -42,6 +42,21 @@ inline constexpr ConfidenceMeasure kConfidenceMeasures[] = {
     ConfidenceMeasure::kProbe, ConfidenceMeasure::kSaturation};
 inline constexpr int32_t kMaxDraftTokens = 16;  // self-speculative tokens drafted per verification
 
+// What each policy does, in one table: the forward pass, the engine, the config and the server
+// ask these instead of testing policies by name.
+struct ExitPolicyTraits {
+  ExitPolicy policy;
+  const char* name;             // "full", "per-token", ...: config, API and CLI spelling
+  bool leaves_when_confident;   // a row leaves at an exit once its confidence reaches the threshold
+  bool leaves_together;         // ... but only when every such row of the batch is confident
+  bool leaves_at_depth;         // every row leaves at `depth`, confident or not
+  bool uses_depth;              // reads ExitRule::depth (the exit, or the draft exit)
+  bool needs_exit_points;       // cannot run on a model without exit points
+  bool fills_deeper_kv;         // deeper layers get a leaving token's K/V from its exit state
+  bool drafts;                  // self-speculative rounds: draft at `depth`, verify with the full model
+};
+const ExitPolicyTraits& exit_policy_traits(ExitPolicy policy);
+
 const char* exit_policy_name(ExitPolicy policy);  // "full", "per-token", "batch-sync", ...
 std::string exit_policy_names();                  // "full, per-token, ...": what errors offer
 std::string confidence_measure_names();
@@ -76,6 +91,24 @@ struct ExitRule {
     return t < 1.0f && confidence >= t;
   }
 };
+
+// --- The exit decision at one exit point (pure: the forward pass computes the confidences)
+enum class ExitCheck {
+  kNone,        // the row does not leave here
+  kConfidence,  // the row leaves if confident: its confidence must be computed
+  kForced,      // the row leaves here whatever its confidence (fixed-depth at its depth)
+};
+// How a row under `rule` is checked after `layer` blocks (an exit point).
+ExitCheck exit_check_at(const ExitRule& rule, int32_t layer);
+// One logit row at an exit point: its rule, and its confidence where exit_check_at() asks for one.
+struct ExitRow {
+  const ExitRule* rule = nullptr;
+  float confidence = 0;
+};
+// Which rows leave after `layer` blocks, given every active logit row of the batch: per-token
+// rows alone when confident, batch-sync rows together when all of them are (a batch-sync row that
+// cannot leave here holds the others back), fixed-depth rows at their depth.
+std::vector<uint8_t> decide_exits(int32_t layer, const std::vector<ExitRow>& rows);
 
 // Where exits are: an explicit list of layers, or every `every`-th layer from `min_layer`.
 struct ExitPointsSpec {

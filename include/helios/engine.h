@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -21,12 +22,11 @@
 #include "helios/early_exit.h"
 #include "helios/metrics.h"
 #include "helios/model.h"
+#include "helios/output.h"
 #include "helios/sampler.h"
 #include "helios/scheduler.h"
 
 namespace helios {
-
-enum class GenerationFinish { kNone, kStop, kEos, kLength, kAborted };
 
 // A validated, tokenized request.
 struct GenerationRequest {
@@ -41,20 +41,13 @@ struct GenerationRequest {
   ExitRule exit;                       // how its tokens leave the layer stack
 };
 
-struct TokenEvent {
-  TokenId id = 0;
-  std::string text;                    // whole UTF-8, held back while it may start a stop string
-  float logprob = 0;
-  std::vector<std::pair<TokenId, float>> top_logprobs;
-  int32_t exit_layer = 0;
-  float confidence = 0;
-};
-
 struct GenerationUpdate {
   std::vector<TokenEvent> tokens;
-  GenerationFinish finish = GenerationFinish::kNone;  // set on the last update
+  FinishReason finish = FinishReason::kNone;  // set on the last update
   std::string error;                   // set when the server ended the request (shutdown, internal
                                        // error); empty when the client aborted or cancelled it
+  StatusCode error_code = StatusCode::kUnavailable;  // with `error`: UNAVAILABLE (shutdown),
+                                       // RESOURCE_EXHAUSTED (it can never fit), INTERNAL (device)
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
   double queue_seconds = 0;
@@ -95,6 +88,9 @@ struct EngineOptions {
   int32_t n_swap_blocks = 0;           // host blocks for swapped-out KV
   int32_t queue_limit = 256;           // requests not yet finished, at most
   SchedulerLimits scheduler;
+  // Called once, from the loop thread, when a backend error faults the engine (the server turns
+  // its health NOT_SERVING). May be empty.
+  std::function<void(const std::string& error)> on_fault;
 };
 
 class Engine {
@@ -115,6 +111,9 @@ class Engine {
   void abort_all(const std::string& reason);
   size_t n_live() const;
   EngineStatus status() const;
+  // Empty while the engine serves; after a backend error (a failed CUDA or cuBLAS call, say) the
+  // error, and the engine refuses new requests with INTERNAL.
+  std::string fault() const;
   const Model& model() const { return model_; }
 
  private:

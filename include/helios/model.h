@@ -26,6 +26,10 @@ struct SequenceBatchEntry {
   const BlockTable* blocks = nullptr;  // must cover positions [0, start_pos + tokens.size())
   LogitsWanted logits = LogitsWanted::kLast;
   ExitRule exit;                    // how this sequence's logit rows may leave the stack
+  // Per token (or empty): the layer it left at when it was computed before (0: unknown). A token
+  // recomputed after a preemption leaves there again, so its K/V at every layer is what it was;
+  // rows that want logits ignore it.
+  std::vector<int32_t> known_exit_layers;
 };
 
 struct ForwardBatch {
@@ -103,8 +107,12 @@ class Model {
 
   // Runs the batch through every loaded layer, writing each token's K/V into `kv`, and returns
   // the logits the entries asked for. INVALID_ARGUMENT for a malformed batch (a token id outside
-  // the vocabulary, a block table too short, a position past the cache).
+  // the vocabulary, a block table too short, a position past the cache); RESOURCE_EXHAUSTED when
+  // the activations do not fit; the backend's error when a device call failed.
   StatusOr<ForwardResult> forward(const ForwardBatch& batch, KvCacheStorage& kv);
+  // Allocates the activations for batches of up to n_tokens tokens now, before the KV cache takes
+  // the rest of the device memory. RESOURCE_EXHAUSTED when they do not fit.
+  Status reserve_workspace(int32_t n_tokens);
 
  private:
   Model(Backend& backend) : backend_(backend) {}
@@ -116,12 +124,25 @@ class Model {
     Buffer bias;
     ExitHeadParams params;
   };
-  struct ExitState;  // a forward pass's bookkeeping of active and exited tokens
+  struct Pass;  // one forward pass's state: rules, active and exited tokens, the result
   Status check_partial_pass(const ForwardBatch& batch) const;
   bool is_exit_point(int32_t layer) const;
+
+  // The stages of forward(), in order (forward.cpp).
+  Status plan_batch(Pass& p);                      // per-token arrays, rules, workspace, result shape
+  void save_states_before_block(Pass& p);          // h_{k-1}, for the saturation measure
+  void run_block(Pass& p, int32_t layer);          // attention and MLP; K/V of exited tokens
+  void capture_states(Pass& p, int32_t layer_no);  // ForwardBatch::capture_layers
+  void leave_at_known_layers(Pass& p, int32_t layer_no);  // SequenceBatchEntry::known_exit_layers
+  void check_exits(Pass& p, int32_t layer_no);     // confidence → decide_exits → leaving rows' logits
+  void remove_leaving(Pass& p, const std::vector<uint8_t>& leaves);  // active → exited, compacted
+  void final_heads(Pass& p);                       // rows still running: the last block's head
   // The exit head at `layer` (logit lens, or adapter) on rows `rows` of `states`, into the
   // workspace's logits (backend memory, [rows.size(), n_vocab]).
   void head_logits(const float* states, const std::vector<int32_t>& rows, int32_t layer);
+  void download_rows(const float* states, const std::vector<int32_t>& rows, float* host);
+  std::vector<ConfidenceStats> logit_stats(int32_t n_rows);  // of the first n rows of the logits
+  void keep_logits(Pass& p, int32_t logits_row, int32_t result_row);
 
   Backend& backend_;
   ModelConfig config_;

@@ -40,7 +40,9 @@ class Sampler {
 // Index of the largest value (the lowest index on ties).
 TokenId argmax(const float* logits, int32_t n_vocab);
 
-enum class FinishReason { kNone, kEos, kStopString, kLength };
+// Why a generation ended: an end-of-generation token, a stop string or stop token, max_tokens,
+// or the client or server ending it.
+enum class FinishReason { kNone, kEos, kStop, kLength, kAborted };
 const char* finish_reason_name(FinishReason reason);
 
 // Watches the generated text for stop strings. The text before a stop string is emitted; text

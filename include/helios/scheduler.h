@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -54,6 +55,7 @@ struct NewRequest {
   RequestId id = 0;
   std::vector<TokenId> prompt;       // not empty
   int32_t max_new_tokens = 0;        // > 0
+  int32_t lookahead = 0;             // tokens it may draft after each decode (self-speculative)
 };
 
 // One sequence's work in a step: compute tokens [start_pos, start_pos + n_tokens).
@@ -62,35 +64,54 @@ struct ScheduledSequence {
   int32_t start_pos = 0;
   int32_t n_tokens = 0;
   bool samples = false;  // the chunk reaches the last known token: the step samples a new one
+  // KV reserved past the chunk for this many drafted tokens (a decode of a request with a
+  // lookahead; 0 when the budget or the free blocks left none). They count against the budget.
+  int32_t n_lookahead = 0;
+};
+
+// A request that can never be scheduled: alone in an empty cache it still does not fit. The
+// scheduler has forgotten it (and released its blocks); the engine ends it with `reason`.
+struct RefusedRequest {
+  RequestId id = 0;
+  std::string reason;
 };
 
 struct SchedulerOutput {
-  // Running sequences (decodes and continuing prefill chunks) first, then sequences swapped back
-  // in, then newly admitted ones; arrival order within each group.
+  // Running decodes first, then running prefill chunks, then sequences swapped back in, then
+  // newly admitted ones; arrival order within each group.
   std::vector<ScheduledSequence> seqs;
   std::vector<BlockCopy> swap_out;          // device → host, before the step
   std::vector<BlockCopy> swap_in;           // host → device, before the step
   std::vector<RequestId> preempted;         // lost their KV (recompute) or were swapped out
-  int32_t n_batched_tokens = 0;
+  std::vector<RefusedRequest> refused;      // can never fit; forgotten
+  int32_t n_batched_tokens = 0;             // chunk tokens and lookahead, all sequences
   bool empty() const { return seqs.empty(); }
 };
 
 enum class SequenceStatus { kWaiting, kRunning, kSwapped };
 
 // One step, in order (see src/scheduler/):
-//  1. Running sequences, arrival order: each takes min(n_tokens - n_computed, budget) tokens and
-//     reserves KV for n_computed + that many. When the KV is full the latest-arrived running
-//     sequence is preempted (possibly the one asking), until the reservation fits.
+//  1. Running sequences: decodes first (one pending token each), then prefill chunks (a prompt,
+//     or a recompute victim's tokens, still being computed), each in arrival order, so an older
+//     sequence in prefill never takes the budget from the sequences that are decoding. Each takes
+//     min(n_tokens - n_computed, budget) tokens and reserves KV for n_computed + that many. When
+//     the KV is full the latest-arrived running sequence that is not yet planned this step is
+//     preempted (possibly the one asking), until the reservation fits; a sequence that is alone
+//     and still does not fit is refused (output.refused).
 //     Recompute: its blocks are released, n_computed = 0, and it rejoins the waiting queue in
 //     arrival order; its whole token list (prompt + generated) is then computed again as a
-//     prefill, so a greedy output does not change. Swap: its blocks move to host swap space
-//     (output.swap_out) and n_computed is kept; with no swap room it falls back to recompute.
+//     prefill (the engine replays each generated token's exit layer, so the output does not
+//     change). Swap: its blocks move to host swap space (output.swap_out) and n_computed is kept;
+//     with no swap room it falls back to recompute.
 //  2. Only when nothing was preempted this step: swapped sequences, arrival order, move back
 //     (output.swap_in) and are scheduled like running ones.
 //  3. Only when nothing was preempted and nothing is left swapped: waiting sequences, arrival
 //     order, are admitted while the token budget, max_seqs and the KV allow; a prompt longer than
 //     the budget is computed in chunks over several steps. Admission stops at the first one that
-//     does not fit (FCFS: no skipping ahead).
+//     does not fit (FCFS: no skipping ahead); one that cannot fit even in an empty cache is
+//     refused.
+//  4. What budget is left goes to the lookahead of planned decodes, arrival order, each within
+//     its request's max_new_tokens and the free KV blocks (never by preempting).
 //
 // The computed-token rule: schedule() advances each scheduled sequence's n_computed by its
 // n_tokens when it returns the plan (the engine always runs a plan before the next schedule()).
@@ -114,11 +135,9 @@ class Scheduler {
   // After the step: each sampled token joins its sequence (and counts as generated).
   void append_token(RequestId id, TokenId token);
   // After a self-speculative step that computed the scheduled token and the first
-  // tokens.size() - 1 of `tokens` as well: all join the sequence, the last one pending. The
-  // engine reserved their KV (KvManager::reserve) before the step.
+  // tokens.size() - 1 of `tokens` as well (at most n_lookahead + 1 tokens): all join the
+  // sequence, the last one pending.
   void append_speculated(RequestId id, const std::vector<TokenId>& tokens);
-  // The engine decided the request is done (EOS, stop, length, cancelled): release it.
-  void finish(RequestId id);
 
   size_t n_waiting() const;
   size_t n_running() const;
@@ -135,14 +154,17 @@ class Scheduler {
 
   Sequence* find(RequestId id) const;
   void forget(RequestId id);  // releases blocks, drops it from its queue and the map
-  // The three stages of schedule(), in order.
-  void schedule_running(StepPlan& plan);
+  // The stages of schedule(), in order.
+  void schedule_running(StepPlan& plan, bool decodes);
   void schedule_swapped(StepPlan& plan);
   void admit_waiting(StepPlan& plan);
+  void grant_lookahead(StepPlan& plan);
+  void refuse(Sequence& seq, int32_t n_tokens, StepPlan& plan);
   // Adds seq's chunk of n_tokens to the plan.
   void plan_chunk(const Sequence& seq, int32_t n_tokens, int group, StepPlan& plan) const;
-  // Reserves KV for n_tokens of seq, preempting the latest running arrival while it does not fit;
-  // false when seq itself was preempted.
+  // Reserves KV for n_tokens of seq, preempting the latest running arrival not planned this step
+  // while it does not fit; false when seq could not get it (preempted, refused, or only planned
+  // sequences were left to preempt).
   bool reserve_or_preempt(Sequence& seq, int32_t n_tokens, StepPlan& plan);
   void preempt(Sequence& victim, StepPlan& plan);
   void preempt_by_recompute(Sequence& victim);

@@ -25,15 +25,55 @@ std::string exit_policy_names() { return joined_names(kExitPolicies, exit_policy
 
 std::string confidence_measure_names() { return joined_names(kConfidenceMeasures, confidence_measure_name); }
 
-const char* exit_policy_name(ExitPolicy policy) {
-  switch (policy) {
-    case ExitPolicy::kFull: return "full";
-    case ExitPolicy::kPerToken: return "per-token";
-    case ExitPolicy::kBatchSync: return "batch-sync";
-    case ExitPolicy::kFixedDepth: return "fixed-depth";
-    case ExitPolicy::kSelfSpeculative: return "self-speculative";
+// clang-format off
+constexpr ExitPolicyTraits kTraits[] = {
+  //  policy                        name                confident together depth  uses_d needs_p fills  drafts
+  {ExitPolicy::kFull,            "full",             false,    false,   false, false, false,  false, false},
+  {ExitPolicy::kPerToken,        "per-token",        true,     false,   false, false, true,   true,  false},
+  {ExitPolicy::kBatchSync,       "batch-sync",       true,     true,    false, false, true,   true,  false},
+  // Fixed-depth: every token of the sequence leaves at `depth`, so no deeper layer ever reads it.
+  {ExitPolicy::kFixedDepth,      "fixed-depth",      false,    false,   true,  true,  false,  false, false},
+  {ExitPolicy::kSelfSpeculative, "self-speculative", false,    false,   false, true,  true,   false, true},
+};
+// clang-format on
+
+const ExitPolicyTraits& exit_policy_traits(ExitPolicy policy) {
+  for (const ExitPolicyTraits& t : kTraits) {
+    if (t.policy == policy) return t;
   }
-  return "unknown";
+  return kTraits[0];
+}
+
+const char* exit_policy_name(ExitPolicy policy) { return exit_policy_traits(policy).name; }
+
+ExitCheck exit_check_at(const ExitRule& rule, int32_t layer) {
+  const ExitPolicyTraits& t = exit_policy_traits(rule.policy);
+  if (t.leaves_at_depth) return rule.depth == layer ? ExitCheck::kForced : ExitCheck::kNone;
+  if (t.leaves_when_confident && rule.threshold_at(layer) < 1.0f) return ExitCheck::kConfidence;
+  return ExitCheck::kNone;
+}
+
+std::vector<uint8_t> decide_exits(int32_t layer, const std::vector<ExitRow>& rows) {
+  // Batch-sync rows leave together: all of them must be checked here and confident.
+  bool together = true;
+  for (const ExitRow& r : rows) {
+    if (!exit_policy_traits(r.rule->policy).leaves_together) continue;
+    together = together && exit_check_at(*r.rule, layer) == ExitCheck::kConfidence &&
+               r.rule->confident(layer, r.confidence);
+  }
+  std::vector<uint8_t> leaves(rows.size(), 0);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const ExitRule& rule = *rows[i].rule;
+    switch (exit_check_at(rule, layer)) {
+      case ExitCheck::kNone: break;
+      case ExitCheck::kForced: leaves[i] = 1; break;
+      case ExitCheck::kConfidence:
+        leaves[i] = exit_policy_traits(rule.policy).leaves_together ? together
+                                                                    : rule.confident(layer, rows[i].confidence);
+        break;
+    }
+  }
+  return leaves;
 }
 
 StatusOr<ExitPolicy> parse_exit_policy(const std::string& name) {

@@ -1,39 +1,44 @@
-// A request the engine is serving: its sampler, its text decoding and stop conditions, its
-// timings. Owned by the engine loop thread.
+// A request the engine is serving: its output path (sampling, text, stop rules), the exit layer
+// of every token it generated (replayed when a preemption recomputes it), its timings. Owned by
+// the engine loop thread.
 #pragma once
 
 #include <chrono>
 #include <memory>
+#include <optional>
 
 #include "helios/engine.h"
+#include "helios/output.h"
 
 namespace helios {
 
 using Clock = std::chrono::steady_clock;
 
 struct LiveRequest {
-  LiveRequest(GenerationRequest r, std::shared_ptr<RequestStream> s, const Tokenizer& tokenizer)
-      : request(std::move(r)), stream(std::move(s)), sampler(request.sampling), decoder(tokenizer),
-        stops(request.stop) {}
+  LiveRequest(GenerationRequest r, std::shared_ptr<RequestStream> s, const Tokenizer& tokenizer);
 
   GenerationRequest request;
   std::shared_ptr<RequestStream> stream;
-  Sampler sampler;
-  StreamDecoder decoder;
-  StopMatcher stops;
-  int32_t n_generated = 0;
+  RequestOutput output;
+  // exit_layers[j]: where the row that produced generated token j left the stack, i.e. where the
+  // token at position prompt.size() - 1 + j left it.
+  std::vector<int32_t> exit_layers;
   Clock::time_point arrival = Clock::now();
   std::optional<Clock::time_point> first_scheduled, first_token;
 
-  // Turns a sampled token into the stream's next update (final when the request is done).
-  // `confidence` is the request's exit measure where the token left the stack.
-  GenerationUpdate on_token(TokenId token, const float* logits, int32_t n_vocab, int32_t exit_layer,
-                            float confidence, const Tokenizer& tokenizer);
+  int32_t n_generated() const { return output.n_generated(); }
+  // Per token of positions [start, start + n): the layer it left at when computed before, 0 where
+  // it never was.
+  std::vector<int32_t> known_exit_layers(int32_t start, int32_t n) const;
+  // Samples the next token from one row of raw logits and turns it into the stream's next update
+  // (final when the request is done).
+  GenerationUpdate on_row(const float* raw_logits, int32_t n_vocab, const std::vector<TokenId>& history,
+                          int32_t exit_layer, float confidence);
   // The final update of a request that ends without a token (abort, shutdown, error).
-  GenerationUpdate aborted(const std::string& reason) const;
+  GenerationUpdate aborted(const std::string& reason, StatusCode code = StatusCode::kUnavailable) const;
 
  private:
-  void finish(GenerationUpdate* u, GenerationFinish why) const;
+  void finish(GenerationUpdate* u, FinishReason why) const;
 };
 
 }  // namespace helios

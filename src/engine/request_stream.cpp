@@ -18,7 +18,7 @@ std::optional<GenerationUpdate> RequestStream::pop(std::chrono::milliseconds tim
   // Merge everything that is waiting into one update: a slow reader gets fewer, larger messages.
   GenerationUpdate merged = std::move(updates_.front());
   updates_.pop_front();
-  while (!updates_.empty() && merged.finish == GenerationFinish::kNone) {
+  while (!updates_.empty() && merged.finish == FinishReason::kNone) {
     GenerationUpdate next = std::move(updates_.front());
     updates_.pop_front();
     next.tokens.insert(next.tokens.begin(), std::make_move_iterator(merged.tokens.begin()),

@@ -3,71 +3,52 @@
 #include <algorithm>
 #include <chrono>
 
+#include "helios/output.h"
+#include "helios/speculative.h"
+
 namespace helios {
 namespace {
 
-// One generation's bookkeeping: the history, the text pipeline and the stop conditions.
+// One generation's bookkeeping: the history and the output path (the server's, see output.h).
 class Generation {
  public:
   Generation(const Tokenizer& tok, const GenerateOptions& opt, const std::vector<TokenId>& prompt,
              const TextSink& on_text)
-      : tok_(tok), opt_(opt), sampler_(opt.sampling), decoder_(tok), stops_(opt.stop),
-        history_(prompt), on_text_(on_text) {
+      : output_(tok, output_options(opt)), history_(prompt), on_text_(on_text) {
     out_.n_prompt_tokens = static_cast<int32_t>(prompt.size());
   }
 
   const std::vector<TokenId>& history() const { return history_; }
   GenerateResult& result() { return out_; }
-  int32_t remaining() const { return opt_.max_tokens - static_cast<int32_t>(out_.tokens.size()); }
+  int32_t remaining() const { return output_.remaining(); }
 
   // Samples from one row of logits and records the token; false when the generation is over.
   bool take(const float* logits, int32_t n_vocab, int32_t exit_layer, float confidence) {
-    scratch_.assign(logits, logits + n_vocab);  // the sampler rewrites its copy
-    const TokenId next = sampler_.sample(scratch_.data(), n_vocab, history_);
-    last_ = next;
-    out_.tokens.push_back(next);
+    const TokenEvent ev = output_.take(logits, n_vocab, history_, exit_layer, confidence);
+    last_ = ev.id;
+    out_.tokens.push_back(ev.id);
     out_.exit_layers.push_back(exit_layer);
     out_.confidences.push_back(confidence);
-    history_.push_back(next);
-    if (!opt_.ignore_eos && tok_.is_end_of_generation(next)) {
-      out_.finish = FinishReason::kEos;
-      return false;
-    }
-    emit(decoder_.push(next));
-    if (stops_.stopped()) {
-      out_.finish = FinishReason::kStopString;
-      return false;
-    }
-    if (remaining() <= 0) {
-      out_.finish = FinishReason::kLength;
-      return false;
-    }
-    return true;
+    history_.push_back(ev.id);
+    out_.text += ev.text;
+    if (on_text_ && !ev.text.empty()) on_text_(ev.text);
+    out_.finish = output_.finish();
+    return out_.finish == FinishReason::kNone;
   }
   TokenId last() const { return last_; }
 
-  void finish() {
-    if (out_.finish == FinishReason::kStopString) return;
-    emit(decoder_.flush());
-    const std::string tail = stops_.flush();
-    out_.text += tail;
-    if (on_text_ && !tail.empty()) on_text_(tail);
-  }
-
  private:
-  void emit(const std::string& piece) {
-    const std::string text = stops_.push(piece);
-    out_.text += text;
-    if (on_text_ && !text.empty()) on_text_(text);
+  static OutputOptions output_options(const GenerateOptions& opt) {
+    OutputOptions o;
+    o.sampling = opt.sampling;
+    o.max_tokens = opt.max_tokens;
+    o.stop = opt.stop;
+    o.ignore_eos = opt.ignore_eos;
+    return o;
   }
 
-  const Tokenizer& tok_;
-  const GenerateOptions& opt_;
-  Sampler sampler_;
-  StreamDecoder decoder_;
-  StopMatcher stops_;
+  RequestOutput output_;
   std::vector<TokenId> history_;
-  std::vector<float> scratch_;
   TextSink on_text_;
   GenerateResult out_;
   TokenId last_ = 0;
@@ -80,80 +61,6 @@ void count_work(const ForwardResult& fr, GenerateResult& out) {
 }
 
 }  // namespace
-
-Status speculative_round(Model& model, KvCacheStorage& kv, int32_t draft_layer, std::vector<SpeculativeSeq>& seqs,
-                         ForwardResult* verify, SpeculativeWork* work) {
-  const int32_t n_embd = model.config().n_embd;
-  int32_t max_draft = 0;
-  std::vector<std::vector<float>> hidden(seqs.size());
-  for (auto& s : seqs) {
-    s.inputs = {s.input};
-    max_draft = std::max(max_draft, s.n_draft);
-  }
-  // Draft: pass i runs every sequence's i-th input up to the draft exit; its exit head proposes
-  // the next input (the last input needs no proposal).
-  for (int32_t i = 0; i <= max_draft; ++i) {
-    ForwardBatch draft;
-    draft.last_layer = draft_layer;
-    draft.return_hidden = true;
-    std::vector<size_t> in_pass;
-    for (size_t j = 0; j < seqs.size(); ++j) {
-      const SpeculativeSeq& s = seqs[j];
-      if (i > s.n_draft) continue;
-      SequenceBatchEntry e;
-      e.tokens = {s.inputs[i]};
-      e.start_pos = s.position + i;
-      e.blocks = s.table;
-      e.logits = i < s.n_draft ? LogitsWanted::kLast : LogitsWanted::kNone;
-      draft.seqs.push_back(std::move(e));
-      in_pass.push_back(j);
-    }
-    HELIOS_ASSIGN_OR_RETURN(ForwardResult fr, model.forward(draft, kv));
-    work->layer_rows += fr.layer_rows;
-    work->head_rows += fr.head_rows;
-    for (size_t k = 0; k < in_pass.size(); ++k) {
-      auto& h = hidden[in_pass[k]];
-      h.insert(h.end(), fr.hidden.begin() + k * n_embd, fr.hidden.begin() + (k + 1) * n_embd);
-    }
-    for (size_t r = 0; r < fr.row_seq.size(); ++r) {
-      seqs[in_pass[fr.row_seq[r]]].inputs.push_back(argmax(fr.row(r), fr.n_vocab));
-    }
-  }
-  // Verify: all inputs continue from the draft exit through the remaining blocks at once.
-  ForwardBatch check;
-  check.first_layer = draft_layer;
-  std::vector<float> hidden_in;
-  int32_t row = 0;
-  for (size_t j = 0; j < seqs.size(); ++j) {
-    SpeculativeSeq& s = seqs[j];
-    SequenceBatchEntry e;
-    e.tokens = s.inputs;
-    e.start_pos = s.position;
-    e.blocks = s.table;
-    e.logits = LogitsWanted::kAll;
-    check.seqs.push_back(std::move(e));
-    hidden_in.insert(hidden_in.end(), hidden[j].begin(), hidden[j].end());
-    s.first_row = row;
-    row += static_cast<int32_t>(s.inputs.size());
-  }
-  check.hidden_in = hidden_in.data();
-  HELIOS_ASSIGN_OR_RETURN(*verify, model.forward(check, kv));
-  work->layer_rows += verify->layer_rows;
-  work->head_rows += verify->head_rows;
-  return ok_status();
-}
-
-int32_t take_speculated(const SpeculativeSeq& seq, const TakeVerifiedRow& take) {
-  int32_t confirmed = 0;
-  for (int32_t i = 0; i <= seq.n_draft; ++i) {
-    TokenId token = 0;
-    const bool going = take(seq.first_row + i, &token);
-    const bool draft_confirmed = i < seq.n_draft && seq.inputs[i + 1] == token;
-    confirmed += draft_confirmed;
-    if (!going || !draft_confirmed) break;
-  }
-  return confirmed;
-}
 
 StatusOr<GenerateResult> generate(Model& model, const std::vector<TokenId>& prompt,
                                   const GenerateOptions& opt, const TextSink& on_text) {
@@ -235,7 +142,6 @@ StatusOr<GenerateResult> generate(Model& model, const std::vector<TokenId>& prom
     count_work(fr, out);
     going = gen.take(fr.row(0), fr.n_vocab, fr.row_exit_layer[0], fr.row_confidence[0]);
   }
-  gen.finish();
   out.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
   return std::move(out);
 }

@@ -91,8 +91,9 @@ const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
     case FinishReason::kNone: return "none";
     case FinishReason::kEos: return "eos";
-    case FinishReason::kStopString: return "stop";
+    case FinishReason::kStop: return "stop";
     case FinishReason::kLength: return "length";
+    case FinishReason::kAborted: return "aborted";
   }
   return "unknown";
 }

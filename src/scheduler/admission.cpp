@@ -37,7 +37,14 @@ void Scheduler::admit_waiting(StepPlan& plan) {
     Sequence& seq = *find(waiting_.front());
     // A prompt longer than the budget left gets a first chunk now and the rest in later steps.
     const int32_t n_take = std::min(seq.n_pending(), plan.budget_tokens);
-    if (!kv_.reserve(seq.id, seq.n_computed + n_take)) return;  // FCFS: nobody skips ahead
+    if (!kv_.reserve(seq.id, seq.n_computed + n_take)) {
+      // With nothing running every device block is free: a chunk that does not fit now never will.
+      if (running_.empty()) {
+        refuse(seq, seq.n_computed + n_take, plan);
+        continue;
+      }
+      return;  // FCFS: nobody skips ahead
+    }
     waiting_.pop_front();
     seq.status = SequenceStatus::kRunning;
     insert_by_arrival(running_, seq.id, sequences_);

@@ -11,8 +11,20 @@ namespace helios {
 
 bool Scheduler::reserve_or_preempt(Sequence& seq, int32_t n_tokens, StepPlan& plan) {
   while (!kv_.reserve(seq.id, n_tokens)) {
-    assert(!running_.empty());
-    Sequence* victim = find(running_.back());  // running_ is in arrival order
+    if (running_.size() == 1) {  // alone in the cache, and still too large: it never fits
+      refuse(seq, n_tokens, plan);
+      return false;
+    }
+    // The latest arrival not yet planned this step gives up its blocks (running_ is in arrival
+    // order). Decodes are planned first and in arrival order, so a decode's victims are always
+    // unplanned; a prefill chunk never evicts a planned decode.
+    Sequence* victim = nullptr;
+    for (auto it = running_.rbegin(); it != running_.rend() && victim == nullptr; ++it) {
+      if (!plan.planned(*it)) victim = find(*it);
+    }
+    assert(victim != nullptr);  // seq itself is unplanned
+    // A prefill chunk that would have to evict itself waits, keeping what it computed.
+    if (victim == &seq && seq.n_pending() > 1 && plan.n_seqs() > 0) return false;
     preempt(*victim, plan);
     if (victim == &seq) return false;
   }
@@ -20,8 +32,7 @@ bool Scheduler::reserve_or_preempt(Sequence& seq, int32_t n_tokens, StepPlan& pl
 }
 
 void Scheduler::preempt(Sequence& victim, StepPlan& plan) {
-  // Running is walked in arrival order and victims are the latest, so a victim was never
-  // planned this step: its n_computed is exactly what its KV holds.
+  // Victims are never planned this step: its n_computed is exactly what its KV holds.
   std::erase(running_, victim.id);
   ++n_preemptions_;
   plan.preempted = true;

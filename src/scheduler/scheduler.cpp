@@ -24,6 +24,7 @@ void Scheduler::add(NewRequest request) {
   seq->n_prompt_tokens = static_cast<int32_t>(request.prompt.size());
   seq->tokens = std::move(request.prompt);
   seq->max_new_tokens = request.max_new_tokens;
+  seq->lookahead = request.lookahead;
   sequences_.emplace(request.id, std::move(seq));
   waiting_.push_back(request.id);  // the newest arrival always goes last
 }
@@ -32,10 +33,6 @@ bool Scheduler::abort(RequestId id) {
   if (find(id) == nullptr) return false;
   forget(id);
   return true;
-}
-
-void Scheduler::finish(RequestId id) {
-  if (find(id) != nullptr) forget(id);
 }
 
 void Scheduler::append_token(RequestId id, TokenId token) {
@@ -90,11 +87,13 @@ Scheduler::Sequence* Scheduler::find(RequestId id) const {
 SchedulerOutput Scheduler::schedule() {
   StepPlan plan;
   plan.budget_tokens = limits_.max_batched_tokens;
-  schedule_running(plan);
+  schedule_running(plan, /*decodes=*/true);
+  schedule_running(plan, /*decodes=*/false);
   // After a preemption the KV is short: bringing back or admitting anyone would only evict again.
   if (!plan.preempted) schedule_swapped(plan);
   // Swapped sequences come first: admitting newer work would keep them out for good.
   if (!plan.preempted && !plan.kv_full && swapped_.empty()) admit_waiting(plan);
+  grant_lookahead(plan);
 
   std::stable_sort(plan.entries.begin(), plan.entries.end(),
                    [](const StepPlan::Entry& a, const StepPlan::Entry& b) { return a.group < b.group; });
@@ -103,25 +102,49 @@ SchedulerOutput Scheduler::schedule() {
     // The computed-token rule: the plan counts as computed once handed out (see scheduler.h).
     find(entry.seq.id)->n_computed += entry.seq.n_tokens;
     out.seqs.push_back(entry.seq);
-    out.n_batched_tokens += entry.seq.n_tokens;
+    out.n_batched_tokens += entry.seq.n_tokens + entry.seq.n_lookahead;
   }
   return out;
 }
 
-void Scheduler::schedule_running(StepPlan& plan) {
-  // A copy: preemption removes later entries from running_ while we walk it.
+void Scheduler::schedule_running(StepPlan& plan, bool decodes) {
+  // A copy: preemption and refusal remove entries from running_ while we walk it.
   const std::vector<RequestId> running = running_;
   for (RequestId id : running) {
     Sequence* seq = find(id);
-    if (seq->status != SequenceStatus::kRunning) continue;  // preempted for an earlier one
+    if (seq == nullptr || seq->status != SequenceStatus::kRunning) continue;  // preempted or refused
+    if ((seq->n_pending() == 1) != decodes) continue;
     if (plan.n_seqs() >= limits_.max_seqs) break;
     const int32_t n_take = std::min(seq->n_pending(), plan.budget_tokens);
     if (n_take <= 0) continue;  // out of budget, or nothing to compute yet
     if (!reserve_or_preempt(*seq, seq->n_computed + n_take, plan)) continue;
-    plan_chunk(*seq, n_take, StepPlan::kRunning, plan);
+    plan_chunk(*seq, n_take, decodes ? StepPlan::kDecode : StepPlan::kPrefill, plan);
   }
 }
 
+void Scheduler::grant_lookahead(StepPlan& plan) {
+  for (StepPlan::Entry& entry : plan.entries) {  // arrival order within the decodes
+    if (plan.budget_tokens <= 0) return;
+    ScheduledSequence& chunk = entry.seq;
+    const Sequence& seq = *find(chunk.id);
+    if (seq.lookahead <= 0 || !chunk.samples || chunk.n_tokens != 1) continue;
+    // The round emits up to n + 1 tokens: never past max_new_tokens.
+    const int32_t n = std::min({seq.lookahead, seq.max_new_tokens - seq.n_generated() - 1, plan.budget_tokens});
+    if (n <= 0 || !kv_.reserve(seq.id, chunk.start_pos + 1 + n)) continue;
+    chunk.n_lookahead = n;
+    plan.budget_tokens -= n;
+  }
+}
+
+void Scheduler::refuse(Sequence& seq, int32_t n_tokens, StepPlan& plan) {
+  const RequestId id = seq.id;
+  forget(id);  // nothing else holds device blocks now: the free blocks are the whole cache
+  const int32_t capacity = kv_.n_free_blocks() * kv_.block_size();
+  plan.out.refused.push_back(
+      {id, "the KV cache cannot hold this request: it needs room for " + std::to_string(n_tokens) +
+               " tokens (prompt and generated so far) and the whole cache holds " + std::to_string(capacity) +
+               "; send a shorter prompt or a lower max_tokens, or give the server a larger KV cache"});
+}
 void Scheduler::plan_chunk(const Sequence& seq, int32_t n_tokens, int group, StepPlan& plan) const {
   ScheduledSequence chunk;
   chunk.id = seq.id;

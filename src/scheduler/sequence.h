@@ -17,21 +17,23 @@ struct Scheduler::Sequence {
   uint64_t arrival = 0;                // FCFS order; kept across preemption
   std::vector<TokenId> tokens;         // prompt, then generated tokens
   int32_t n_prompt_tokens = 0;
-  int32_t max_new_tokens = 0;          // the engine enforces it; kept for observability
+  int32_t max_new_tokens = 0;          // the engine enforces it; bounds the lookahead
+  int32_t lookahead = 0;               // tokens it may draft after a decode
   int32_t n_computed = 0;              // tokens whose KV is computed (or planned this step)
   SequenceStatus status = SequenceStatus::kWaiting;
 
   int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
   // Tokens still to compute: 1 for a decode, more for a prefill (first time or after recompute).
   int32_t n_pending() const { return n_tokens() - n_computed; }
+  int32_t n_generated() const { return n_tokens() - n_prompt_tokens; }
 };
 
 struct Scheduler::StepPlan {
   // Groups of ScheduledSequence, in the order the output lists them.
-  enum Group { kRunning = 0, kSwappedIn = 1, kAdmitted = 2 };
+  enum Group { kDecode = 0, kPrefill = 1, kSwappedIn = 2, kAdmitted = 3 };
   struct Entry {
     ScheduledSequence seq;
-    int group = kRunning;
+    int group = kDecode;
   };
 
   int32_t budget_tokens = 0;           // left this step
@@ -41,6 +43,9 @@ struct Scheduler::StepPlan {
   bool kv_full = false;                // a swapped-in sequence did not fit: admit nothing new
 
   int32_t n_seqs() const { return static_cast<int32_t>(entries.size()); }
+  bool planned(RequestId id) const {
+    return std::any_of(entries.begin(), entries.end(), [&](const Entry& e) { return e.seq.id == id; });
+  }
 };
 
 // Inserts id into a queue kept in arrival order (a preempted sequence goes back ahead of later

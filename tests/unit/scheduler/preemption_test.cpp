@@ -46,29 +46,61 @@ TEST(SchedulerPreemption, RecomputeEvictsTheLatestArrival) {
   EXPECT_EQ(c.scheduler.n_generated(3), 1) << "generated tokens survive preemption";
 }
 
-TEST(SchedulerPreemption, SequenceThatCannotFitPreemptsItself) {
+TEST(SchedulerPreemption, SequenceThatOutgrowsTheWholeCacheIsRefused) {
   FakeKvManager kv(4, 4);
   Scheduler scheduler(make_limits(512), kv);
   scheduler.add(make_request(1, 8));
   scheduler.add(make_request(2, 8));
   append_samples(scheduler, scheduler.schedule());
 
-  // 1 needs a third block: 2 (the latest) goes. 2 is then the only one left to ask, and is gone.
+  // 1 needs a third block: 2 (the latest) goes.
   SchedulerOutput out = scheduler.schedule();
   EXPECT_EQ(out.preempted, (std::vector<RequestId>{2}));
   EXPECT_EQ(ids_of(out), (std::vector<RequestId>{1}));
   append_samples(scheduler, out);
 
-  // Now 1 runs alone and grows; once 1 needs the 4th block nobody else holds, it is itself the
-  // latest running arrival.
+  // Now 1 runs alone and grows until it needs a 5th block: alone in the cache it can never fit,
+  // so it is refused (not preempted, which would recompute it into the same wall forever), and
+  // 2 comes back in the same step.
   for (int step = 0; step < 7; ++step) append_samples(scheduler, scheduler.schedule());
   EXPECT_EQ(kv.n_device_blocks(1), 4);
   out = scheduler.schedule();  // 17 tokens need a 5th block
-  EXPECT_EQ(out.preempted, (std::vector<RequestId>{1}));
-  EXPECT_TRUE(out.seqs.empty());
-  EXPECT_EQ(scheduler.n_waiting(), 2u);
-  EXPECT_EQ(scheduler.n_running(), 0u);
-  EXPECT_EQ(kv.n_used_blocks(), 0);
+  ASSERT_EQ(out.refused.size(), 1u);
+  EXPECT_EQ(out.refused[0].id, 1u);
+  EXPECT_NE(out.refused[0].reason.find("17 tokens"), std::string::npos) << out.refused[0].reason;
+  EXPECT_NE(out.refused[0].reason.find("holds 16"), std::string::npos) << out.refused[0].reason;
+  EXPECT_TRUE(out.preempted.empty());
+  EXPECT_EQ(ids_of(out), (std::vector<RequestId>{2}));
+  EXPECT_EQ(scheduler.tokens(1), nullptr) << "a refused request is forgotten";
+  EXPECT_EQ(kv.n_device_blocks(1), 0);
+  EXPECT_EQ(scheduler.n_waiting(), 0u);
+  EXPECT_EQ(scheduler.n_running(), 1u);
+}
+
+TEST(SchedulerPreemption, PromptLargerThanTheCacheIsRefusedAtAdmission) {
+  FakeKvManager kv(2, 4);
+  Scheduler scheduler(make_limits(512), kv);
+  scheduler.add(make_request(1, 9));  // 3 blocks: more than the cache has
+  scheduler.add(make_request(2, 4));
+  const SchedulerOutput out = scheduler.schedule();
+  ASSERT_EQ(out.refused.size(), 1u);
+  EXPECT_EQ(out.refused[0].id, 1u);
+  EXPECT_EQ(ids_of(out), (std::vector<RequestId>{2})) << "the request behind it is not held up";
+}
+
+TEST(SchedulerPreemption, ChunkedPromptLargerThanTheCacheIsRefusedNotRecomputedForever) {
+  FakeKvManager kv(2, 4);
+  Scheduler scheduler(make_limits(4), kv);  // chunks of 4: the first two fit
+  scheduler.add(make_request(1, 12));
+  for (int step = 0; step < 2; ++step) {
+    const SchedulerOutput out = scheduler.schedule();
+    EXPECT_EQ(ids_of(out), (std::vector<RequestId>{1}));
+    EXPECT_TRUE(out.refused.empty());
+  }
+  const SchedulerOutput out = scheduler.schedule();
+  ASSERT_EQ(out.refused.size(), 1u);
+  EXPECT_EQ(scheduler.n_preemptions(), 0);
+  EXPECT_FALSE(scheduler.has_work());
 }
 
 TEST(SchedulerPreemption, RecomputeRequeuesInArrivalOrderAndRecomputesAllTokens) {
@@ -89,8 +121,8 @@ TEST(SchedulerPreemption, RecomputeRequeuesInArrivalOrderAndRecomputesAllTokens)
   EXPECT_EQ(scheduler.n_waiting(), 2u);
 
   // 3 went back ahead of 4, the later arrival; once room is made it is first in line.
-  scheduler.finish(1);
-  scheduler.finish(2);
+  scheduler.abort(1);
+  scheduler.abort(2);
   out = scheduler.schedule();
   ASSERT_EQ(ids_of(out), (std::vector<RequestId>{3, 4}));
   // The recomputed prefill is the prompt plus the token generated before preemption.
@@ -114,7 +146,7 @@ TEST(SchedulerPreemption, SwapMovesBlocksOutAndBackKeepingComputedTokens) {
   EXPECT_FALSE(c.kv.called("release 3"));
   append_samples(c.scheduler, out, 101);
 
-  c.scheduler.finish(1);  // frees 3 blocks
+  c.scheduler.abort(1);  // frees 3 blocks
   out = c.scheduler.schedule();
   ASSERT_EQ(ids_of(out), (std::vector<RequestId>{2, 3}));
   EXPECT_EQ(out.swap_in.size(), 2u);
@@ -163,7 +195,7 @@ TEST(SchedulerPreemption, SwapFallsBackToRecomputeWhenTheHostIsFull) {
   EXPECT_EQ(c.scheduler.n_preemptions(), 1);
   append_samples(c.scheduler, out);
 
-  c.scheduler.finish(1);
+  c.scheduler.abort(1);
   out = c.scheduler.schedule();
   const ScheduledSequence* s3 = find_seq(out, 3);
   ASSERT_NE(s3, nullptr);

@@ -130,7 +130,7 @@ TEST(Scheduler, MaxSeqsCapsTheRunningSet) {
   EXPECT_EQ(ids_of(out), (std::vector<RequestId>{1, 2}));
   append_samples(scheduler, out);
 
-  scheduler.finish(1);
+  scheduler.abort(1);
   out = scheduler.schedule();
   EXPECT_EQ(ids_of(out), (std::vector<RequestId>{2, 3}));
   EXPECT_EQ(find_seq(out, 3)->n_tokens, 4);
@@ -143,7 +143,7 @@ TEST(Scheduler, RunningSequencesComeBeforeNewPrefills) {
   scheduler.add(make_request(2, 3));
   append_samples(scheduler, scheduler.schedule());
   scheduler.add(make_request(3, 9));
-  scheduler.finish(1);
+  scheduler.abort(1);
   scheduler.add(make_request(4, 2));
 
   const SchedulerOutput out = scheduler.schedule();
@@ -166,7 +166,7 @@ TEST(Scheduler, AdmissionStopsAtTheFirstPromptThatDoesNotFit) {
   EXPECT_EQ(scheduler.n_waiting(), 2u);
   EXPECT_EQ(kv.n_device_blocks(2), 0) << "a failed reservation leaves nothing behind";
 
-  scheduler.finish(1);
+  scheduler.abort(1);
   out = scheduler.schedule();
   EXPECT_EQ(ids_of(out), (std::vector<RequestId>{2, 3}));
 }
@@ -181,12 +181,12 @@ TEST(Scheduler, FinishReleasesBlocksAndForgets) {
   EXPECT_EQ(scheduler.tokens(1)->back(), 42);
   EXPECT_EQ(scheduler.n_generated(1), 1);
 
-  scheduler.finish(1);
+  scheduler.abort(1);
   EXPECT_EQ(scheduler.tokens(1), nullptr);
   EXPECT_EQ(scheduler.n_generated(1), 0);
   EXPECT_FALSE(scheduler.has_work());
   EXPECT_EQ(kv.n_used_blocks(), 0);
-  scheduler.finish(1);  // twice: no effect
+  scheduler.abort(1);  // twice: no effect
   scheduler.append_token(1, 3);  // a late token for a forgotten request is dropped
   EXPECT_TRUE(scheduler.schedule().empty());
 }
@@ -230,7 +230,7 @@ TEST(Scheduler, AbortOfAPartlyPrefilledSequence) {
   EXPECT_TRUE(scheduler.abort(1));
   const SchedulerOutput out = scheduler.schedule();
   EXPECT_EQ(ids_of(out), (std::vector<RequestId>{2}));
-  scheduler.finish(2);
+  scheduler.abort(2);
   EXPECT_EQ(kv.n_used_blocks(), 0);
 }
 

@@ -44,6 +44,7 @@ struct SimConfig {
   int32_t max_seqs = 16;
   int n_requests = 200;
   uint32_t seed = 1;
+  int32_t max_lookahead = 0;  // requests draft up to this many tokens per decode (self-speculative)
 };
 
 struct SimResult {
@@ -54,11 +55,13 @@ struct SimResult {
   int n_recomputed = 0;   // preemptions that dropped it
   int n_steps = 0;
   int32_t n_leaked_blocks = 0;
+  int64_t n_lookahead = 0;  // draft tokens granted
 };
 
 std::vector<NewRequest> make_requests(const SimConfig& config) {
   std::mt19937 rng(config.seed);
-  std::uniform_int_distribution<int32_t> prompt_len(1, 48), output_len(1, 32), token(0, 31999);
+  std::uniform_int_distribution<int32_t> prompt_len(1, 48), output_len(1, 32), token(0, 31999),
+      lookahead(0, config.max_lookahead);
   std::vector<NewRequest> requests;
   for (int i = 0; i < config.n_requests; ++i) {
     NewRequest r;
@@ -66,6 +69,7 @@ std::vector<NewRequest> make_requests(const SimConfig& config) {
     r.prompt.resize(prompt_len(rng));
     for (TokenId& t : r.prompt) t = token(rng);
     r.max_new_tokens = output_len(rng);
+    r.lookahead = lookahead(rng);
     requests.push_back(r);
   }
   return requests;
@@ -88,9 +92,18 @@ class FakeEngine {
   }
 
   void step() {
+    // Running sequences ready to decode: all but their last token computed, on the device.
+    std::vector<RequestId> decodes;
+    for (const auto& [id, content] : kv_content_) {
+      if (!content.empty() && content.size() + 1 == scheduler_.tokens(id)->size() && kv_.n_host_blocks(id) == 0) {
+        decodes.push_back(id);
+      }
+    }
     const SchedulerOutput out = scheduler_.schedule();
     ++result_.n_steps;
     check_limits(out);
+    check_decodes_first(out, decodes);
+    EXPECT_TRUE(out.refused.empty()) << "every simulated request fits the cache alone";
     for (RequestId id : out.preempted) {
       // Swapped KV survives on the host; recomputed KV is gone.
       if (kv_.n_host_blocks(id) > 0) {
@@ -115,14 +128,35 @@ class FakeEngine {
     int32_t n_tokens = 0;
     std::set<RequestId> ids;
     for (const ScheduledSequence& s : out.seqs) {
-      n_tokens += s.n_tokens;
+      n_tokens += s.n_tokens + s.n_lookahead;
       EXPECT_GT(s.n_tokens, 0);
+      if (s.n_lookahead > 0) {
+        EXPECT_TRUE(s.samples && s.n_tokens == 1) << "only a decode drafts";
+        EXPECT_LE(s.n_lookahead, result_.requests[s.id].lookahead);
+        EXPECT_LT(scheduler_.n_generated(s.id) + s.n_lookahead, result_.requests[s.id].max_new_tokens)
+            << "drafts past max_new_tokens";
+        EXPECT_GE(kv_.reserved_tokens(s.id), s.start_pos + 1 + s.n_lookahead) << "drafts into unreserved KV";
+      }
       EXPECT_TRUE(ids.insert(s.id).second) << "request " << s.id << " twice in one step";
     }
     EXPECT_EQ(n_tokens, out.n_batched_tokens);
     EXPECT_LE(out.n_batched_tokens, config_.max_batched_tokens);
     EXPECT_LE(static_cast<int32_t>(out.seqs.size()), config_.max_seqs);
     EXPECT_LE(static_cast<int32_t>(scheduler_.n_running()), config_.max_seqs);
+  }
+
+  // A step that computes a prefill chunk has planned every decode first (unless it was preempted),
+  // so a long prefill never takes the budget from sequences that are decoding.
+  void check_decodes_first(const SchedulerOutput& out, const std::vector<RequestId>& decodes) {
+    const bool has_prefill = std::any_of(out.seqs.begin(), out.seqs.end(),
+                                         [](const ScheduledSequence& s) { return s.n_tokens > 1; });
+    if (!has_prefill) return;
+    for (RequestId id : decodes) {
+      const bool preempted = std::find(out.preempted.begin(), out.preempted.end(), id) != out.preempted.end();
+      const bool planned = std::any_of(out.seqs.begin(), out.seqs.end(),
+                                       [&](const ScheduledSequence& s) { return s.id == id; });
+      EXPECT_TRUE(preempted || planned) << "request " << id << " was ready to decode but a prefill went first";
+    }
   }
 
   void run_chunk(const ScheduledSequence& s) {
@@ -135,10 +169,23 @@ class FakeEngine {
     content.insert(content.end(), tokens.begin() + s.start_pos, tokens.begin() + s.start_pos + s.n_tokens);
     if (!s.samples) return;
     ASSERT_EQ(content, tokens);
-    scheduler_.append_token(s.id, next_token(content));
+    if (s.n_lookahead > 0) {
+      // A self-speculative round: some drafts are accepted; the emitted tokens are the model's.
+      result_.n_lookahead += s.n_lookahead;
+      const int32_t accepted = static_cast<int32_t>(accept_rng_() % (s.n_lookahead + 1));
+      std::vector<TokenId> emitted, context = content;
+      for (int32_t i = 0; i <= accepted; ++i) {
+        emitted.push_back(next_token(context));
+        context.push_back(emitted.back());
+      }
+      content.insert(content.end(), emitted.begin(), emitted.end() - 1);  // their KV is computed
+      scheduler_.append_speculated(s.id, emitted);
+    } else {
+      scheduler_.append_token(s.id, next_token(content));
+    }
     if (scheduler_.n_generated(s.id) == result_.requests[s.id].max_new_tokens) {
       result_.outputs[s.id] = *scheduler_.tokens(s.id);
-      scheduler_.finish(s.id);
+      scheduler_.abort(s.id);
       kv_content_.erase(s.id);
       live_.erase(s.id);
     }
@@ -150,6 +197,7 @@ class FakeEngine {
   Scheduler scheduler_;
   std::map<RequestId, std::vector<TokenId>> kv_content_;
   std::set<RequestId> live_;
+  std::mt19937 accept_rng_{12345};
 };
 
 SimResult simulate(const SimConfig& config) {
@@ -216,6 +264,17 @@ TEST(SchedulerSimulation, SwapWithLittleHostSpaceFallsBackAndStillMatches) {
     const SimResult result = expect_same_as_without_preemption(config);
     EXPECT_GT(result.n_swapped_out, 0);
     EXPECT_GT(result.n_recomputed, 0) << "host space was meant to run out";
+  }
+}
+
+TEST(SchedulerSimulation, LookaheadStaysWithinTheBudgetAndTheReservedKv) {
+  for (uint32_t seed : {10u, 11u}) {
+    SimConfig config;
+    config.max_lookahead = 6;
+    config.max_batched_tokens = 24;
+    config.seed = seed;
+    const SimResult result = expect_same_as_without_preemption(config);
+    EXPECT_GT(result.n_lookahead, 0) << "no drafts were granted; the test proves nothing";
   }
 }
 

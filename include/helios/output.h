@@ -1,0 +1,59 @@
+// One request's output path, the same for `helios generate` and the server: a token sampled from
+// raw logits, its log-probabilities, its text (whole UTF-8, held back while it may start a stop
+// string), the stop rules and the finish reason.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "helios/sampler.h"
+#include "helios/tokenizer.h"
+
+namespace helios {
+
+struct OutputOptions {
+  SamplingParams sampling;
+  int32_t max_tokens = 128;            // generated tokens at most
+  std::vector<std::string> stop;       // stop strings (not included in the text)
+  std::vector<TokenId> stop_token_ids; // tokens that end the generation (included, with their text)
+  bool ignore_eos = false;             // keep going past end-of-generation tokens
+  int32_t top_logprobs = -1;           // -1: none; 0: the sampled token's logprob; k: and the top k
+};
+
+struct TokenEvent {
+  TokenId id = 0;
+  std::string text;                    // the text this token releases (may be empty)
+  float logprob = 0;                   // of the raw logits, before penalties and temperature
+  std::vector<std::pair<TokenId, float>> top_logprobs;
+  int32_t exit_layer = 0;              // blocks the token's row ran before its head
+  float confidence = 0;                // the exit rule's measure there
+};
+
+class RequestOutput {
+ public:
+  RequestOutput(const Tokenizer& tokenizer, OutputOptions options);
+
+  // Samples the next token from one row of raw logits (history: prompt and tokens so far, for the
+  // penalties) and runs it through the output path. After the event finish() says whether the
+  // generation is over; the last event carries every held-back piece of text.
+  TokenEvent take(const float* raw_logits, int32_t n_vocab, const std::vector<TokenId>& history,
+                  int32_t exit_layer, float confidence);
+  FinishReason finish() const { return finish_; }
+  int32_t n_generated() const { return n_generated_; }
+  int32_t remaining() const { return options_.max_tokens - n_generated_; }
+  const OutputOptions& options() const { return options_; }
+
+ private:
+  const Tokenizer& tokenizer_;
+  OutputOptions options_;
+  Sampler sampler_;
+  StreamDecoder decoder_;
+  StopMatcher stops_;
+  std::vector<float> scratch_;  // the sampler rewrites a copy of the logits
+  int32_t n_generated_ = 0;
+  FinishReason finish_ = FinishReason::kNone;
+};
+
+}  // namespace helios

@@ -1,0 +1,41 @@
+// Self-speculative decoding: drafts from an exit head, verified by the full model in one pass.
+// The engine and `helios generate` run the same rounds.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "helios/model.h"
+
+namespace helios {
+
+// Self-speculative decoding, one round for a batch of sequences drafting at the same exit. Each
+// sequence's `input` (at `position`, not yet in the cache) and n_draft tokens proposed by the exit
+// head at `draft_layer` run the blocks up to it, one token per pass; then every input of every
+// sequence continues through the remaining blocks in one pass, reusing the K/V the drafts wrote.
+// Each table must cover position + n_draft.
+struct SpeculativeSeq {
+  const BlockTable* table = nullptr;
+  TokenId input = 0;
+  int32_t position = 0;
+  int32_t n_draft = 0;
+  std::vector<TokenId> inputs;  // out: input, then the drafts
+  int32_t first_row = 0;        // out: the verify row after inputs[0]; row first_row + i follows inputs[i]
+};
+struct SpeculativeWork {
+  int64_t layer_rows = 0;
+  int64_t head_rows = 0;
+};
+// `verify` gets the full model's logits after every input.
+Status speculative_round(Model& model, KvCacheStorage& kv, int32_t draft_layer, std::vector<SpeculativeSeq>& seqs,
+                         ForwardResult* verify, SpeculativeWork* work);
+
+// Takes a verified round's tokens in order: `take(row, &token)` samples the verification row after
+// inputs[0..i] (row first_row + i), records the token and says whether the generation goes on. A
+// row stands only while every draft before it was the full model's choice, so the walk stops at
+// the first token that is not the next draft (or when the generation ends). Returns the drafts
+// confirmed.
+using TakeVerifiedRow = std::function<bool(int32_t row, TokenId* token)>;
+int32_t take_speculated(const SpeculativeSeq& seq, const TakeVerifiedRow& take);
+
+}  // namespace helios

@@ -1,0 +1,84 @@
+// The engine's state, shared by the loop (engine.cpp) and step execution (execute.cpp).
+// Internal to src/engine/.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "engine/engine_metrics.h"
+#include "engine/live_request.h"
+#include "engine/paged_kv_manager.h"
+#include "helios/engine.h"
+
+namespace helios {
+
+struct Engine::Impl {
+  Impl(Model& m, const EngineOptions& o, MetricsRegistry* r, KvCacheStorage storage)
+      : model(m), options(o), registry(r), kv(std::move(storage)),
+        kv_manager(o.n_kv_blocks, o.block_size, o.n_swap_blocks),
+        scheduler(o.scheduler, kv_manager),
+        swap_space(static_cast<size_t>(o.n_swap_blocks) * kv.floats_per_block()) {
+    if (registry) metrics = std::make_unique<EngineMetrics>(*registry);
+  }
+
+  // --- The loop (engine.cpp)
+  void run();
+  void admit_and_abort();
+  void step();
+  void copy_swaps(const SchedulerOutput& out);
+  void end_request(RequestId id, GenerationUpdate final_update);
+  // A backend error: every live request fails with it and the engine takes no more work.
+  void fault(const Status& error);
+  // Queue lengths, KV use and counters: after every step, abort and finished request.
+  void publish_queues();
+  // A step's batch and rate, then publish_queues().
+  void publish_step(const SchedulerOutput& out, double step_seconds);
+
+  // --- Running a step's plan (execute.cpp); false after a backend error (fault() was called)
+  // The step's sequences but self-speculative decodes with a lookahead, as one batch.
+  bool run_batch(const SchedulerOutput& out, const std::vector<size_t>& members);
+  // Self-speculative decodes drafting at `draft_layer`: one round for all of them.
+  bool run_speculative(const SchedulerOutput& out, int32_t draft_layer, const std::vector<size_t>& members);
+  // Early-exit accounting of one generated token.
+  void count_token(int32_t exit_layer, double layers_computed);
+
+  Model& model;
+  EngineOptions options;
+  MetricsRegistry* registry;
+  std::unique_ptr<EngineMetrics> metrics;
+  KvCacheStorage kv;
+  PagedKvManager kv_manager;
+  Scheduler scheduler;
+  std::vector<float> swap_space;  // [n_swap_blocks, floats_per_block]
+
+  // Shared with other threads, under mu.
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+  std::string stop_reason;
+  std::string fault_reason;  // set once, by fault()
+  std::deque<std::pair<GenerationRequest, std::shared_ptr<RequestStream>>> incoming;
+  std::vector<std::pair<std::string, std::string>> aborts;  // client id, reason
+  std::unordered_map<std::string, bool> client_ids;         // live client ids
+  EngineStatus snapshot;
+  int64_t requests_total = 0;
+
+  // Loop thread only.
+  RequestId next_id = 1;
+  std::unordered_map<RequestId, std::unique_ptr<LiveRequest>> live;
+  std::unordered_map<std::string, RequestId> id_of_client;
+  std::thread thread;
+  double steps_per_second = 0;
+  int64_t generated_total = 0;
+  std::vector<int64_t> exit_layer_counts;  // [n_layers_loaded + 1]
+  int64_t layers_computed_total = 0, kv_fill_layers_total = 0, drafted_total = 0, accepted_total = 0;
+};
+
+}  // namespace helios
