@@ -1,5 +1,6 @@
-// Exit-rule evaluation on stories260K: the full baseline, self-speculative matching it exactly,
-// and the threshold extremes (0: every token at the first exit; 1: never early).
+// Exit-rule evaluation on stories260K: the full baseline, self-speculative decoding matching it
+// exactly with drafts confirmed, and the threshold extremes (0: every token at the first exit;
+// 1: never early).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -62,11 +63,16 @@ TEST(Evaluate, SelfSpeculativeAgreesWithFullEverywhere) {
   const EvalRow& r = Evaluated::get().rows[1];
   ASSERT_EQ(r.rule.policy, ExitPolicy::kSelfSpeculative);
   EXPECT_EQ(r.rule.depth, 2);
+  // The generations really ran speculative rounds, some drafts were confirmed, and still every
+  // token is full's.
+  EXPECT_GT(r.drafted, 0);
+  EXPECT_GT(r.accepted, 0) << "no draft at layer 2 was ever confirmed: the speculation did nothing";
+  EXPECT_LE(r.accepted, r.drafted);
   EXPECT_DOUBLE_EQ(r.agreement, 1.0);
   EXPECT_DOUBLE_EQ(r.identical, 1.0);
-  EXPECT_DOUBLE_EQ(r.perplexity, Evaluated::get().rows[0].perplexity) << "teacher-forced it is the full model";
-  EXPECT_GT(r.drafted, 0);
-  EXPECT_LE(r.accepted, r.drafted);
+  // Teacher-forced, every position is the full model's by definition (forward runs this policy
+  // as full): the perplexity is full's and says nothing about the speculation.
+  EXPECT_DOUBLE_EQ(r.perplexity, Evaluated::get().rows[0].perplexity);
 }
 
 TEST(Evaluate, ThresholdZeroLeavesEveryTokenAtTheFirstExit) {
