@@ -36,10 +36,11 @@ TEST(SmolLM2Golden, TokenizerMatchesLlamaCpp) {
 
 // Why the comparisons below allow a margin. Helios multiplies quantized weights exactly as
 // llama.cpp does (activations rounded to 8 bits per block of 32, the same integer dot products and
-// the same float summation order), and for short contexts the logits agree to the last bit. Over
-// longer contexts the attention's float rounding differs in the last place; SmolLM2 has hidden
-// dimensions hundreds of times larger than the rest, so the 8-bit step of a block holding one is
-// large, and a last-place difference that flips one rounding moves logits by tenths. Hence:
+// the same float summation order), and at the first positions of three of the four logits prompts
+// the logits agree to the last bit. Elsewhere the float rounding differs in the last place; SmolLM2
+// has hidden dimensions hundreds of times larger than the rest, so the 8-bit step of a block
+// holding one is large, and a last-place difference that flips one rounding moves logits by
+// tenths. Hence:
 //  - a token is compared wherever llama.cpp's top-1/top-2 margin is at least kDecisiveMargin;
 //  - logits are compared within kLogitTolerance (the largest difference measured is 0.80).
 constexpr float kDecisiveMargin = 0.5f;
@@ -128,10 +129,11 @@ TEST(SmolLM2Golden, TopLogitsMatchAtEveryPosition) {
   ASSERT_NE(m, nullptr);
   const auto golden = load_golden("smollm2_logits.json");
   float worst = 0;
-  int n_positions = 0, n_exact = 0;
+  int n_positions = 0, n_exact = 0, n_exact_starts = 0;
   for (const auto& c : golden["cases"]) {
     const auto prompt = ids(c["prompt_ids"]);
     const ForwardResult r = all_logits(*m, prompt);
+    size_t n_leading_exact = 0;  // bit-identical positions from the first one on
     for (size_t pos = 0; pos < prompt.size(); ++pos) {
       const auto& top5 = c["top5"][pos];
       const float* row = r.row(pos);
@@ -143,19 +145,24 @@ TEST(SmolLM2Golden, TopLogitsMatchAtEveryPosition) {
       }
       worst = std::max(worst, row_worst);
       n_exact += row_worst == 0.0f;
+      if (row_worst == 0.0f && n_leading_exact == pos) ++n_leading_exact;
       ++n_positions;
       const float margin = top5[0][1].get<float>() - top5[1][1].get<float>();
       if (margin >= kDecisiveMargin) {
         EXPECT_EQ(argmax(row, r.n_vocab), top5[0][0].get<int>()) << "position " << pos;
       }
     }
+    n_exact_starts += n_leading_exact > 0;
   }
-  std::printf("logits: largest top-5 difference %.4f; %d/%d positions bit-identical\n", worst,
-              n_exact, n_positions);
-  EXPECT_GE(n_exact, 4) << "the first positions of each prompt are computed exactly as llama.cpp does";
+  std::printf("logits: largest top-5 difference %.4f; %d/%d positions bit-identical, %d/%zu prompts from the "
+              "first position\n", worst, n_exact, n_positions, n_exact_starts, golden["cases"].size());
+  // The first positions of three of the four prompts (8 positions in all) are computed exactly as
+  // llama.cpp does; the other prompt differs from its first position on.
+  EXPECT_GE(n_exact_starts, 3);
+  EXPECT_GE(n_exact, 8);
 }
 
-TEST(SmolLM2Golden, PerplexityWithinOnePercent) {
+TEST(SmolLM2Golden, PerplexityWithinTwoTenthsOfAPercent) {
   Model* m = DefaultModel::get().model.get();
   ASSERT_NE(m, nullptr);
   const auto golden = load_golden("smollm2_perplexity.json");
@@ -173,7 +180,7 @@ TEST(SmolLM2Golden, PerplexityWithinOnePercent) {
   const double ppl = std::exp(nll / (tokens.size() - 1));
   const double expected = golden["perplexity"];
   std::printf("perplexity: %.4f (llama.cpp %.4f)\n", ppl, expected);
-  EXPECT_NEAR(ppl, expected, 0.01 * expected);
+  EXPECT_NEAR(ppl, expected, 0.002 * expected);  // measured: 7.4378 vs 7.4467, 0.12 %
 }
 
 }  // namespace
