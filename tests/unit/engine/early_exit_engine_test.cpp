@@ -5,75 +5,30 @@
 
 #include <filesystem>
 
-#include "helios/engine.h"
-#include "test_paths.h"
+#include "unit/engine/engine_test_util.h"
 
 namespace helios {
 namespace {
 
-struct Served {
-  std::unique_ptr<Backend> backend = make_cpu_backend(2);
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Engine> engine;
+using testing::drain;
+using testing::engine_options;
+using testing::Outcome;
 
-  explicit Served(const std::string& path, int32_t n_kv_blocks = 256, int32_t max_batched_tokens = 512) {
-    auto m = Model::load(path, *backend);
-    EXPECT_TRUE(m.ok()) << m.status().message();
-    model = std::move(*m);
-    EXPECT_TRUE(model->set_exits({1, 2, 3}, nullptr).ok());
-    EngineOptions options;
-    options.n_kv_blocks = n_kv_blocks;
-    options.block_size = 16;
-    options.scheduler.max_batched_tokens = max_batched_tokens;
-    auto e = Engine::start(*model, options, nullptr);
-    EXPECT_TRUE(e.ok()) << e.status().message();
-    engine = std::move(*e);
-  }
+// stories260K with exits at 1, 2 and 3.
+struct Served : testing::Served {
+  explicit Served(int32_t n_kv_blocks = 256, int32_t max_batched_tokens = 512)
+      : testing::Served(engine_options(n_kv_blocks, max_batched_tokens)) {}
 };
 
 GenerationRequest request(const Model& model, const std::string& id, const std::string& text, ExitRule rule,
                           float temperature) {
-  GenerationRequest r;
-  r.client_id = id;
-  r.prompt = model.tokenizer().encode(text, true, false);
-  r.max_tokens = 48;
-  r.ignore_eos = true;
-  r.sampling.temperature = temperature;
-  r.sampling.seed = 3;
-  r.exit = rule;
-  return r;
+  return testing::make_generation(model, id, text, rule, temperature);
 }
 
-struct Outcome {
-  std::vector<TokenId> ids;
-  std::vector<int32_t> exit_layers;
-  GenerationFinish finish = GenerationFinish::kNone;
-};
-
-Outcome drain(RequestStream& stream) {
-  Outcome o;
-  for (;;) {
-    auto u = stream.pop(std::chrono::milliseconds(60000));
-    if (!u) {
-      ADD_FAILURE() << "stream timed out";
-      return o;
-    }
-    for (const auto& t : u->tokens) {
-      o.ids.push_back(t.id);
-      o.exit_layers.push_back(t.exit_layer);
-    }
-    if (u->finish != GenerationFinish::kNone) {
-      o.finish = u->finish;
-      return o;
-    }
-  }
-}
-
-const char* kPrompts[] = {"Once upon a time", "The little dog ran", "Lily and Tom", "One day, a big bird"};
+const auto& kPrompts = testing::kStoryPrompts;
 
 TEST(EarlyExitEngine, BatchedSelfSpeculativeEqualsFull) {
-  const std::string path = testing::stories260k_path();
-  Served s(path);
+  Served s;
   ExitRule spec;
   spec.policy = ExitPolicy::kSelfSpeculative;
   spec.depth = 2;
@@ -129,8 +84,8 @@ std::vector<std::vector<TokenId>> serve_all(Served& s, const ExitRule& rule) {
 TEST(EarlyExitEngine, SelfSpeculativeSurvivesAFullCache) {
   // 14 blocks, two fewer than the four requests hold at their longest (4 each): late rounds find
   // no blocks for their lookahead and draft less; the output holds.
-  Served small(testing::stories260k_path(), 14);
-  Served big(testing::stories260k_path());
+  Served small(14);
+  Served big;
   const auto full = serve_all(big, ExitRule{});
   EXPECT_EQ(serve_all(small, speculative(3, 8)), full);
   // The same requests with room for every lookahead: the full cache really cut the drafts.
@@ -143,15 +98,14 @@ TEST(EarlyExitEngine, SelfSpeculativeSurvivesAFullCache) {
 TEST(EarlyExitEngine, DraftsStayWithinTheStepTokenBudget) {
   // A budget of 6 tokens for 4 decoding sequences leaves 2 drafts a step in all: fewer drafts,
   // the same output.
-  Served tight(testing::stories260k_path(), 256, 6);
-  Served loose(testing::stories260k_path());
+  Served tight(256, 6);
+  Served loose;
   EXPECT_EQ(serve_all(tight, speculative(3, 4)), serve_all(loose, speculative(3, 4)));
   EXPECT_LT(tight.engine->status().draft_tokens_total, loose.engine->status().draft_tokens_total);
 }
 
 TEST(EarlyExitEngine, RefusesARuleTheModelCannotRun) {
-  const std::string path = testing::stories260k_path();
-  Served s(path);
+  Served s;
   ExitRule probe;
   probe.policy = ExitPolicy::kPerToken;
   probe.measure = ConfidenceMeasure::kProbe;  // no calibrated probes
