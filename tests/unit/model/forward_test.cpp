@@ -16,7 +16,7 @@ namespace helios {
 namespace {
 
 std::string synthetic_model(const std::string& name, bool rope_halves, int n_head_kv,
-                            bool untied) {
+                            bool untied, TensorType type = TensorType::kF32) {
   SyntheticModelSpec s;
   s.n_layer = 3;
   s.n_embd = 64;
@@ -26,7 +26,7 @@ std::string synthetic_model(const std::string& name, bool rope_halves, int n_hea
   s.n_vocab = 300;
   s.rope_halves = rope_halves;
   s.tied_output = !untied;
-  s.type = TensorType::kF32;
+  s.type = type;
   s.seed = 11;
   const std::string path = testing::temp_dir() + "/" + name + ".gguf";
   EXPECT_TRUE(make_synthetic_model(s, path).ok());
@@ -230,6 +230,22 @@ TEST(Forward, MixedBatchEqualsEachSequenceAlone) {
   expect_close(row_of(0, 3), alone[0], 1e-4f);
   expect_close(row_of(1, 8), alone[2], 1e-4f);
   expect_close(row_of(2, 1), alone[1], 1e-4f);
+}
+
+// Greedy decoding is batch-invariant where the arithmetic is: with quantized weights every row of
+// a matmul is quantized and summed alone in a fixed order, so one token at a time, chunks and one
+// pass give bit-identical logits. F32 weights go through BLAS (sgemv for one row, sgemm for
+// several), which may round differently: there the tests above allow float rounding.
+TEST(Forward, QuantizedWeightsGiveBitIdenticalLogitsWhateverTheBatchShape) {
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1}) {
+    Fixture f(synthetic_model(std::string("invariant-") + tensor_type_name(type), false, 2, true, type));
+    BlockTable a, b, c;
+    const auto whole = f.run(kTokens, a, {kTokens.size()});
+    std::vector<size_t> one_by_one;
+    for (size_t i = 1; i <= kTokens.size(); ++i) one_by_one.push_back(i);
+    EXPECT_EQ(f.run(kTokens, b, one_by_one), whole) << tensor_type_name(type);
+    EXPECT_EQ(f.run(kTokens, c, {3, 4, 9, kTokens.size()}), whole) << tensor_type_name(type);
+  }
 }
 
 TEST(Forward, RefusesMalformedBatches) {
