@@ -29,15 +29,11 @@
 namespace helios {
 
 // A validated, tokenized request.
-struct GenerationRequest {
+// A validated, tokenized request: its prompt and exit rule, and the output path's options
+// (sampling, max_tokens, stop strings and tokens, logprobs).
+struct GenerationRequest : OutputOptions {
   std::string client_id;               // for logs and Abort; unique among live requests
   std::vector<TokenId> prompt;
-  SamplingParams sampling;
-  int32_t max_tokens = 0;
-  std::vector<std::string> stop;
-  std::vector<TokenId> stop_token_ids;
-  bool ignore_eos = false;
-  int32_t top_logprobs = -1;           // -1: no logprobs; 0: the sampled token's; k: and the top k
   ExitRule exit;                       // how its tokens leave the layer stack
 };
 

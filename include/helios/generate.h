@@ -7,15 +7,12 @@
 #include <vector>
 
 #include "helios/model.h"
-#include "helios/sampler.h"
+#include "helios/output.h"
 
 namespace helios {
 
-struct GenerateOptions {
-  SamplingParams sampling;
-  int32_t max_tokens = 128;            // generated tokens at most
-  std::vector<std::string> stop;       // stop strings (not included in the output)
-  bool ignore_eos = false;             // keep going past end-of-generation tokens
+// The output path's options (sampling, max_tokens, stop strings, ...), and how to run the prompt.
+struct GenerateOptions : OutputOptions {
   int32_t prefill_chunk_tokens = 512;  // prompt tokens per forward pass
   int32_t block_size = 16;             // KV cache tokens per block
   ExitRule exit;                       // early exit (self-speculative included)

@@ -5,21 +5,10 @@ namespace {
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-OutputOptions output_options(const GenerationRequest& r) {
-  OutputOptions o;
-  o.sampling = r.sampling;
-  o.max_tokens = r.max_tokens;
-  o.stop = r.stop;
-  o.stop_token_ids = r.stop_token_ids;
-  o.ignore_eos = r.ignore_eos;
-  o.top_logprobs = r.top_logprobs;
-  return o;
-}
-
 }  // namespace
 
 LiveRequest::LiveRequest(GenerationRequest r, std::shared_ptr<RequestStream> s, const Tokenizer& tokenizer)
-    : request(std::move(r)), stream(std::move(s)), output(tokenizer, output_options(request)) {}
+    : request(std::move(r)), stream(std::move(s)), output(tokenizer, request) {}
 
 std::vector<int32_t> LiveRequest::known_exit_layers(int32_t start, int32_t n) const {
   const auto first = static_cast<int32_t>(request.prompt.size()) - 1;  // position of exit_layers[0]

@@ -14,7 +14,7 @@ class Generation {
  public:
   Generation(const Tokenizer& tok, const GenerateOptions& opt, const std::vector<TokenId>& prompt,
              const TextSink& on_text)
-      : output_(tok, output_options(opt)), history_(prompt), on_text_(on_text) {
+      : output_(tok, opt), history_(prompt), on_text_(on_text) {
     out_.n_prompt_tokens = static_cast<int32_t>(prompt.size());
   }
 
@@ -38,14 +38,6 @@ class Generation {
   TokenId last() const { return last_; }
 
  private:
-  static OutputOptions output_options(const GenerateOptions& opt) {
-    OutputOptions o;
-    o.sampling = opt.sampling;
-    o.max_tokens = opt.max_tokens;
-    o.stop = opt.stop;
-    o.ignore_eos = opt.ignore_eos;
-    return o;
-  }
 
   RequestOutput output_;
   std::vector<TokenId> history_;

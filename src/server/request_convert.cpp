@@ -156,11 +156,11 @@ void to_response(const GenerationUpdate& update, const std::string& request_id,
       p->set_logprob(lp);
     }
   }
-  if (update.finish == GenerationFinish::kNone) return;
+  if (update.finish == FinishReason::kNone) return;
   switch (update.finish) {
-    case GenerationFinish::kStop: response->set_finish_reason(v1::FINISH_REASON_STOP); break;
-    case GenerationFinish::kEos: response->set_finish_reason(v1::FINISH_REASON_EOS); break;
-    case GenerationFinish::kLength: response->set_finish_reason(v1::FINISH_REASON_LENGTH); break;
+    case FinishReason::kStop: response->set_finish_reason(v1::FINISH_REASON_STOP); break;
+    case FinishReason::kEos: response->set_finish_reason(v1::FINISH_REASON_EOS); break;
+    case FinishReason::kLength: response->set_finish_reason(v1::FINISH_REASON_LENGTH); break;
     default: response->set_finish_reason(v1::FINISH_REASON_ABORTED); break;
   }
   response->mutable_usage()->set_prompt_tokens(update.prompt_tokens);
