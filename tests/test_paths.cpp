@@ -1,5 +1,6 @@
 #include "test_paths.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -9,7 +10,7 @@
 namespace helios::testing {
 
 std::string source_dir() { return HELIOS_SOURCE_DIR; }
-std::string shared_data_dir() { return HELIOS_SHARED_DATA_DIR; }
+std::string test_data_dir() { return HELIOS_TEST_DATA_DIR; }
 std::string models_dir() { return HELIOS_MODELS_DIR; }
 std::string default_model_path() {
   return std::string(HELIOS_MODELS_DIR) + "/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -26,13 +27,14 @@ std::string temp_dir() {
 }
 
 std::string stories260k_path() {
-  const std::string cached = models_dir() + "/stories260K.gguf";
-  if (std::filesystem::exists(cached)) return cached;
-  const std::string dir = shared_data_dir() + "/models/stories260K/";
+  const std::string dir = test_data_dir() + "/stories260K/";
   const std::string out = temp_dir() + "/stories260K.gguf";
   if (!std::filesystem::exists(out)) {
     const Status s = convert_llama2c(dir + "stories260K.bin", dir + "tok512.bin", out);
-    if (!s.ok()) return cached;  // the caller's load then names the missing file
+    if (!s.ok()) {
+      ADD_FAILURE() << "cannot convert stories260K from " << dir << "stories260K.bin and tok512.bin: "
+                    << s.to_string() << " (both are committed; restore them with `git checkout -- tests/data`)";
+    }
   }
   return out;
 }

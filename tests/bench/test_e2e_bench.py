@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """helios-bench end to end: short real runs of bench/helios-bench against heliosd on the CPU with
-stories260K (converted from llama2.c at test time; tiny and fast), checking that the report is
-complete and consistent.
+stories260K (converted at test time from tests/data/stories260K; tiny and fast), checking that the
+report is complete and consistent.
 
 1. --config (heliosd started and stopped by the harness): 20 synthetic requests at two rates
    (a Poisson rate and all at once): JSON, Markdown and PNGs exist; completed + failed = sent;
@@ -12,7 +12,6 @@ complete and consistent.
 
 Run: /usr/bin/python3 tests/bench/test_e2e_bench.py   (ctest: bench.e2e), with
   HELIOS_BINARY_DIR  the build folder holding heliosd and helios (default SOURCE/build)
-  HELIOS_SHARED_DATA_DIR  where models/stories260K lives (default SOURCE/../shared/data)
 """
 import json
 import os
@@ -26,10 +25,9 @@ from pathlib import Path
 
 SOURCE_DIR = Path(os.environ.get("HELIOS_SOURCE_DIR") or Path(__file__).resolve().parents[2])
 BINARY_DIR = Path(os.environ.get("HELIOS_BINARY_DIR") or SOURCE_DIR / "build")
-SHARED_DATA_DIR = Path(os.environ.get("HELIOS_SHARED_DATA_DIR") or SOURCE_DIR.parent / "shared" / "data")
 HELIOSD = BINARY_DIR / "heliosd"
 HELIOS = BINARY_DIR / "helios"
-STORIES_DIR = SHARED_DATA_DIR / "models" / "stories260K"
+STORIES_DIR = SOURCE_DIR / "tests" / "data" / "stories260K"
 BENCH = SOURCE_DIR / "bench" / "helios-bench"
 sys.path.insert(0, str(SOURCE_DIR / "bench"))
 

@@ -17,6 +17,7 @@ from bench.helios_bench.workloads import BenchRequest, load_prompts, load_shareg
 logging.getLogger("helios_bench").addHandler(logging.NullHandler())  # notes are checked, not printed
 
 FIX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+TEST_DATA = os.path.join(ROOT, "tests", "data")  # excerpts of real data (tests/data/SOURCES.md)
 SHAREGPT = os.path.join(FIX, "sharegpt_tiny.json")
 
 
@@ -186,19 +187,14 @@ class PromptsTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             load_prompts(self.PATH, 10, 0, count_words, output_len=0)
 
-    def test_shared_fallback_files_parse(self):
-        shared = os.path.join(ROOT, "..", "shared", "data", "sharegpt")
-        for name in ("mlenergy_ShareGPT_V3_filtered_1000_prompts.json",
-                     "mlenergy_sg90k_first_prompts_2978_sorted.json"):
-            path = os.path.join(shared, name)
-            if not os.path.isfile(path):
-                continue
-            with self.subTest(name):
-                reqs = load_prompts(path, 50, 0, count_words, output_len=128)
-                self.assertEqual(len(reqs), 50)
-                # Prompt-only: load_sharegpt must refuse with a pointer to load_prompts.
-                with self.assertRaisesRegex(ValueError, "load_prompts"):
-                    load_sharegpt(path, 5, 0, count_words)
+    def test_real_prompt_only_file_parses(self):
+        # The first 80 prompts of ML.ENERGY's ShareGPT V3 sample (tests/data/SOURCES.md).
+        path = os.path.join(TEST_DATA, "sharegpt", "ShareGPT_V3_filtered_first80_prompts.json")
+        reqs = load_prompts(path, 50, 0, count_words, output_len=128)
+        self.assertEqual(len(reqs), 50)
+        # Prompt-only: load_sharegpt must refuse with a pointer to load_prompts.
+        with self.assertRaisesRegex(ValueError, "load_prompts"):
+            load_sharegpt(path, 5, 0, count_words)
 
 
 class TraceTest(unittest.TestCase):
@@ -260,15 +256,13 @@ class TraceTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "TIMESTAMP"):
             load_trace("azure", os.path.join(FIX, "mooncake_tiny.jsonl"), 1, make_prompt)
 
-    def test_shared_traces_parse(self):
-        base = os.path.join(ROOT, "..", "shared", "data", "traces")
-        files = {"azure": "azure2023/AzureLLMInferenceTrace_code.csv",
-                 "mooncake": "mooncake/synthetic_trace.jsonl",
-                 "llmservingsim": "llmservingsim/sharegpt-llama-3.1-8b-300-sps10.jsonl"}
-        for kind, rel in files.items():
-            path = os.path.join(base, rel)
-            if not os.path.isfile(path):
-                continue
+    def test_real_traces_parse(self):
+        # The first 100 requests of each trace (tests/data/SOURCES.md).
+        files = {"azure": "AzureLLMInferenceTrace_code_first100.csv",
+                 "mooncake": "mooncake_synthetic_trace_first100.jsonl",
+                 "llmservingsim": "llmservingsim_sharegpt_first100_lengths.jsonl"}
+        for kind, name in files.items():
+            path = os.path.join(TEST_DATA, "traces", name)
             with self.subTest(kind):
                 reqs = load_trace(kind, path, 100, lambda n: "x", max_prompt_len=2048, max_output_len=512)
                 self.assertEqual(len(reqs), 100)

@@ -5,10 +5,10 @@
 set -uo pipefail
 HELIOS="$1"
 SRC="$2"
-DATA="$SRC/../shared/data"
-STORIES="$DATA/models/stories260K"
-CAL_TEXT="$DATA/sharegpt/mlenergy_ShareGPT_V3_filtered_1000_prompts.json"
-EVAL_TEXT="$DATA/sharegpt/mlenergy_sg90k_first_prompts_2978_sorted.json"
+DATA="$SRC/tests/data"
+STORIES="$DATA/stories260K"
+CAL_TEXT="$DATA/sharegpt/ShareGPT_V3_filtered_first80_prompts.json"
+EVAL_TEXT="$CAL_TEXT"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 failures=0
@@ -23,13 +23,13 @@ contains() { grep -qF -- "$2" "$1"; }
 row() { grep -F -- "| $2 |" "$1" | head -1; }
 
 # The model lives in the work directory so the default sidecar path lands there too.
-if [ -f "$SRC/models/stories260K.gguf" ]; then
-  cp "$SRC/models/stories260K.gguf" "$WORK/stories.gguf"
-else
-  "$HELIOS" convert-llama2c --checkpoint "$STORIES/stories260K.bin" --tokenizer "$STORIES/tok512.bin" \
-    --out "$WORK/stories.gguf" 2> /dev/null
-fi
 MODEL="$WORK/stories.gguf"
+if ! "$HELIOS" convert-llama2c --checkpoint "$STORIES/stories260K.bin" --tokenizer "$STORIES/tok512.bin" \
+    --out "$MODEL" 2> "$WORK/err"; then
+  cat "$WORK/err"
+  echo "FAIL: cannot convert $STORIES/stories260K.bin (restore it with git checkout -- tests/data)"
+  exit 1
+fi
 
 # --- help and usage errors
 for cmd in calibrate eval; do

@@ -5,7 +5,7 @@ set -uo pipefail
 HELIOS="$1"
 SRC="$2"
 MODEL="$SRC/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-STORIES="$SRC/../shared/data/models/stories260K"
+STORIES="$SRC/tests/data/stories260K"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 failures=0

@@ -8,7 +8,7 @@
 namespace helios {
 namespace {
 
-// llama2.c's `run stories260K.bin -z tok512.bin -t 0` output (see shared/data/models/SOURCES.md).
+// llama2.c's `run stories260K.bin -z tok512.bin -t 0` output (see tests/data/SOURCES.md).
 constexpr const char* kReference =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
     "One day, she saw a big, red ball. She wanted to play with it, but it was too high";
@@ -20,7 +20,7 @@ struct Stories {
   static Stories& get() {
     static Stories s = [] {
       Stories st;
-      const std::string dir = testing::shared_data_dir() + "/models/stories260K/";
+      const std::string dir = testing::test_data_dir() + "/stories260K/";
       const std::string out = testing::temp_dir() + "/stories260K.gguf";
       Status converted = convert_llama2c(dir + "stories260K.bin", dir + "tok512.bin", out);
       EXPECT_TRUE(converted.ok()) << converted.to_string();
@@ -79,7 +79,7 @@ TEST(Stories260K, ConvertedModelHasTheCheckpointsShape) {
 }
 
 TEST(Stories260K, ConverterRefusesATruncatedCheckpoint) {
-  const std::string dir = testing::shared_data_dir() + "/models/stories260K/";
+  const std::string dir = testing::test_data_dir() + "/stories260K/";
   const std::string truncated = testing::temp_dir() + "/truncated.bin";
   {
     FILE* in = std::fopen((dir + "stories260K.bin").c_str(), "rb");

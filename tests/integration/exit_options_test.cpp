@@ -14,7 +14,7 @@ namespace {
 class ExitOptionsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string dir = testing::shared_data_dir() + "/models/stories260K/";
+    const std::string dir = testing::test_data_dir() + "/stories260K/";
     const std::string path = testing::temp_dir() + "/stories260K-exit-options.gguf";
     ASSERT_TRUE(convert_llama2c(dir + "stories260K.bin", dir + "tok512.bin", path).ok());
     auto backend = make_backend("cpu", 1);

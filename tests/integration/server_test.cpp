@@ -18,7 +18,7 @@ namespace {
 
 std::string stories_model() {
   static const std::string path = [] {
-    const std::string dir = testing::shared_data_dir() + "/models/stories260K/";
+    const std::string dir = testing::test_data_dir() + "/stories260K/";
     const std::string out = testing::temp_dir() + "/stories260K.gguf";
     EXPECT_TRUE(convert_llama2c(dir + "stories260K.bin", dir + "tok512.bin", out).ok());
     return out;

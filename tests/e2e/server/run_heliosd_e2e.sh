@@ -13,7 +13,6 @@ if ! "$PY" -c 'import grpc, grpc_tools.protoc' 2> /dev/null; then
   exit 1
 fi
 export HELIOS_BINARY_DIR="$BIN" HELIOS_SOURCE_DIR="$SRC"
-export HELIOS_SHARED_DATA_DIR="${HELIOS_SHARED_DATA_DIR:-$SRC/../shared/data}"
 cd "$(dirname "$0")" || exit 1
 if [ $# -eq 0 ]; then set -- test_heliosd; fi
 exec "$PY" -m unittest -v "$@"

@@ -8,11 +8,11 @@ and stops it (SIGTERM, then SIGKILL if it hangs). Every wait is bounded.
 Run: /usr/bin/python3 -m unittest -v test_heliosd   (from this directory), with
   HELIOS_BINARY_DIR  the build directory holding heliosd and helios (default: SOURCE/build)
   HELIOS_SOURCE_DIR  the repository root (default: three directories above this file)
-  HELIOS_SHARED_DATA_DIR  where models/stories260K lives (default: SOURCE/../shared/data)
 `run_heliosd_e2e.sh` (what ctest runs as e2e.heliosd) sets them.
 
-Models: stories260K (converted from llama2.c at test time; tiny and fast) wherever the model's
-quality does not matter, SmolLM2-135M where realism does (chat output, drain of a real model).
+Models: stories260K (converted at test time from the llama2.c checkpoint in tests/data/stories260K;
+tiny and fast) wherever the model's quality does not matter, SmolLM2-135M (the models cache, which
+scripts/fetch_model.sh fills) where realism does (chat output, drain of a real model).
 """
 
 import concurrent.futures
@@ -36,11 +36,10 @@ import grpc
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.path.abspath(os.environ.get("HELIOS_SOURCE_DIR") or os.path.join(HERE, "..", "..", ".."))
 BINARY_DIR = os.path.abspath(os.environ.get("HELIOS_BINARY_DIR") or os.path.join(SOURCE_DIR, "build"))
-SHARED_DATA_DIR = os.path.abspath(os.environ.get("HELIOS_SHARED_DATA_DIR") or os.path.join(SOURCE_DIR, "..", "shared", "data"))
 HELIOSD = os.path.join(BINARY_DIR, "heliosd")
 HELIOS = os.path.join(BINARY_DIR, "helios")
 SMOLLM2 = os.path.join(SOURCE_DIR, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-STORIES_DIR = os.path.join(SHARED_DATA_DIR, "models", "stories260K")
+STORIES_DIR = os.path.join(SOURCE_DIR, "tests", "data", "stories260K")
 
 # stories260K: 5 layers, kv_dim 32 → one 16-token KV block holds 2 × 5 × 16 × 32 × 4 bytes.
 STORIES_BLOCK_BYTES = 2 * 5 * 16 * 32 * 4

@@ -58,11 +58,11 @@ TEST(CalibrationText, ErrorsNameTheFile) {
   EXPECT_FALSE(load_text_documents(write_file("empty.txt", "\n\n   \n")).ok());
 }
 
-TEST(CalibrationText, SharedDataFilesLoad) {
-  for (const char* rel : {"/sharegpt/mlenergy_ShareGPT_V3_filtered_1000_prompts.json",
-                          "/sharegpt/medicalgpt_sharegpt_zh_1K_format.jsonl", "/intercept/gsm8k/test.jsonl",
-                          "/intercept/toolcall/glaive_toolcall_en_demo.json", "/intercept/react/prompts_naive.json"}) {
-    const auto docs = load_text_documents(testing::shared_data_dir() + rel);
+TEST(CalibrationText, RealDataFilesLoad) {
+  for (const char* rel : {"/sharegpt/ShareGPT_V3_filtered_first80_prompts.json",
+                          "/sharegpt/medicalgpt_sharegpt_zh_first4.jsonl", "/intercept/gsm8k_test_first20.jsonl",
+                          "/intercept/glaive_toolcall_en_demo_first4.json", "/intercept/react_prompts_naive_first2.json"}) {
+    const auto docs = load_text_documents(testing::test_data_dir() + rel);
     ASSERT_TRUE(docs.ok()) << rel << ": " << docs.status().to_string();
     EXPECT_GT(docs->size(), 0u) << rel;
   }
@@ -99,9 +99,8 @@ struct Calibrated {
   static Calibrated& get() {
     static Calibrated c = [] {
       Calibrated c;
-      auto docs = load_text_documents(testing::calibration_text_path());
-      EXPECT_TRUE(docs.ok()) << docs.status().to_string();
-      c.sequences = make_token_sequences(c.s.model->tokenizer(), *docs, 128, 4096);
+      const auto docs = testing::calibration_documents();
+      c.sequences = make_token_sequences(c.s.model->tokenizer(), docs, 128, 4096);
       auto data = collect_hidden_states(*c.s.model, c.sequences, {3, 1, 2, 4});
       EXPECT_TRUE(data.ok()) << data.status().to_string();
       c.data = std::move(*data);

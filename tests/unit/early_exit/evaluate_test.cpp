@@ -20,11 +20,10 @@ struct Evaluated {
       Evaluated e;
       Model& m = *e.s.model;
       EXPECT_TRUE(m.set_exits({2, 3, 4}, nullptr).ok());
-      auto docs = load_text_documents(testing::calibration_text_path());
-      EXPECT_TRUE(docs.ok()) << docs.status().to_string();
-      const auto sequences = make_token_sequences(m.tokenizer(), *docs, 64, 1024);
+      const auto docs = testing::calibration_documents();
+      const auto sequences = make_token_sequences(m.tokenizer(), docs, 64, 1024);
       std::vector<std::vector<TokenId>> prompts;
-      for (size_t i = 0; i < 4; ++i) prompts.push_back(m.tokenizer().encode((*docs)[i].substr(0, 80), true, false));
+      for (size_t i = 0; i < 4; ++i) prompts.push_back(m.tokenizer().encode(docs[i].substr(0, 80), true, false));
       std::vector<ExitRule> rules;
       rules.push_back({ExitPolicy::kSelfSpeculative, ConfidenceMeasure::kTop1Prob, 0.9f, 2, 3});
       rules.push_back({ExitPolicy::kPerToken, ConfidenceMeasure::kTop1Prob, 0.0f});
