@@ -18,6 +18,8 @@ check() {  # check NAME CONDITION-COMMAND...
 contains() { grep -qF -- "$2" "$1"; }
 lines() { wc -l < "$1" | tr -d ' '; }
 
+check "the default model is in the models cache (scripts/fetch_model.sh fetches it)" test -f "$MODEL"
+
 # --- help teaches
 "$HELIOS" --help > "$WORK/help" 2>&1; check "helios --help exits 0" test $? -eq 0
 check "top-level help lists generate" contains "$WORK/help" "generate"
