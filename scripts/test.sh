@@ -2,29 +2,58 @@
 # Sets up, runs the whole test suite (unit, golden, e2e; gpu tests skip without a GPU), then, when
 # nvcc is found, builds the CUDA configuration in ./build-cuda and runs its GPU tests there (they
 # skip, saying so, on a machine without a GPU: the step proves the CUDA code compiles and links).
-# Extra arguments go to the first ctest (e.g. -L unit).
+# Extra arguments go to the first ctest (e.g. -L unit). The last line sums every ctest run,
+#   test.sh: 812 passed, 0 failed, 23 skipped (ctest: build, build-cuda)
+# and the exit status is non-zero when anything failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-status=0
-(cd build && ctest --output-on-failure --timeout 900 -j2 "$@") || status=$?
+passed=0 failed=0 skipped=0 runs=""
+
+# run_ctest DIR ARGS...: ctest in DIR; the counts of its closing summary join the totals
+# (ctest counts skipped tests as passed, so they come off the passed count).
+run_ctest() {
+  local dir=$1 log total fail skip disabled
+  shift
+  log="$dir/ctest.log"
+  (cd "$dir" && ctest --output-on-failure "$@") 2>&1 | tee "$log" || true
+  runs="${runs:+$runs, }$dir"
+  read -r fail total < <(sed -n 's/.* \([0-9][0-9]*\) tests failed out of \([0-9][0-9]*\)$/\1 \2/p' "$log") || {
+    echo "test.sh: ctest in $dir ended without a summary ($log)"; failed=$((failed + 1)); return; }
+  skip=$(grep -cE '^\s+[0-9]+ - .* \(Skipped\)$' "$log" || true)
+  disabled=$(grep -cE '^\s+[0-9]+ - .* \(Disabled\)$' "$log" || true)  # not in the total
+  passed=$((passed + total - fail - skip)) failed=$((failed + fail)) skipped=$((skipped + skip + disabled))
+}
+summary() {
+  echo "test.sh: $passed passed, $failed failed, $skipped skipped (ctest: $runs)$*"
+  [ "$failed" -eq 0 ]
+}
+
+run_ctest build --timeout 900 -j2 "$@"
 
 NVCC=$(command -v nvcc || true)
 if [ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ]; then NVCC=/usr/local/cuda/bin/nvcc; fi
 if [ -z "$NVCC" ]; then
   echo "test.sh: nvcc not found (PATH, /usr/local/cuda/bin): CUDA build skipped"
-  exit $status
+  summary
+  exit
 fi
 echo "test.sh: CUDA build in ./build-cuda with $NVCC (log: build-cuda.log)"
 start=$(date +%s)
-cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DHELIOS_CUDA=ON -DHELIOS_TESTS=ON \
-      -DCMAKE_CUDA_COMPILER="$NVCC" > build-cuda.log 2>&1 || {
-  tail -n 30 build-cuda.log >&2; echo "test.sh: CUDA configure failed (build-cuda.log)" >&2; exit 1; }
+if ! cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DHELIOS_CUDA=ON -DHELIOS_TESTS=ON \
+      -DCMAKE_CUDA_COMPILER="$NVCC" > build-cuda.log 2>&1; then
+  tail -n 30 build-cuda.log; failed=$((failed + 1))
+  summary "; CUDA configure failed (build-cuda.log)"
+  exit
+fi
 # The targets that hold CUDA code or link it: the GPU tests, the programs, the GPU benchmark.
 targets="helios_gpu_tests helios helios-bench-gpu"
 if cmake --build build-cuda --target help 2>/dev/null | grep -q '\bheliosd\b'; then targets="$targets heliosd"; fi
-cmake --build build-cuda -j"$(nproc)" --target $targets >> build-cuda.log 2>&1 || {
-  tail -n 60 build-cuda.log >&2; echo "test.sh: CUDA build failed (build-cuda.log)" >&2; exit 1; }
-(cd build-cuda && ctest -L gpu --output-on-failure --timeout 600) || status=$?
+if ! cmake --build build-cuda -j"$(nproc)" --target $targets >> build-cuda.log 2>&1; then
+  tail -n 60 build-cuda.log; failed=$((failed + 1))
+  summary "; CUDA build failed (build-cuda.log)"
+  exit
+fi
+run_ctest build-cuda -L gpu --timeout 600
 echo "test.sh: CUDA build and GPU tests took $(( $(date +%s) - start )) s"
-exit $status
+summary
