@@ -100,42 +100,6 @@ void ref_f32_to_f16(const float* x, int64_t n, uint16_t* out);
 void ref_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,
                     float* top1_prob, float* margin, float* entropy);
 
-// out[r] = the index of the largest logit of row r (lowest on ties). logits: [n_rows, n_vocab]
-void ref_argmax(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* out);
-
-// One row's sampling settings. The uniform draw is sample_uniform(seed, step), a hash of the
-// two: the same request draws the same tokens wherever its row sits in a batch.
-struct SampleParams {
-  float temperature = 0.0f;  // 0: argmax
-  int32_t top_k = 0;         // 0: off
-  float top_p = 1.0f;        // 1: off
-  int32_t reserved = 0;
-  uint64_t seed = 0;
-  uint64_t step = 0;         // tokens generated so far, so each step draws afresh
-};
-// Top-k and top-p look at most at this many of the most likely tokens (one GPU block sorts them).
-constexpr int32_t kSampleMaxCandidates = 1024;
-
-// A uniform float in [0, 1) from (seed, step): splitmix64 of both, top 24 bits.
-float ref_sample_uniform(uint64_t seed, uint64_t step);
-
-// One token per row: z = logits / temperature, then
-//   - top_k off (0 or ≥ n_vocab) and top_p = 1: p = exp(z − max z) over the whole vocabulary, the
-//     first id (in index order) whose running sum exceeds u · Σp;
-//   - else: the min(top_k or n_vocab, kSampleMaxCandidates) best ids by (z desc, id asc),
-//     p = exp(z − z_best), cut to the shortest prefix whose share of their sum reaches top_p, the
-//     first id whose running sum exceeds u · Σp (kept). Sums in double.
-// temperature 0 is argmax. params: [n_rows]; out: [n_rows]
-void ref_sample(const float* logits, int32_t n_rows, int32_t n_vocab, const SampleParams* params,
-                int32_t* out);
-
-// KV blocks for swap. gather: dst[i] = src[ids[i]]; scatter: dst[ids[i]] = src[i]; a block is
-// floats_per_block floats. ids: [n] (host memory).
-void ref_gather_blocks(const float* src, const int32_t* ids, int32_t n, int64_t floats_per_block,
-                       float* dst);
-void ref_scatter_blocks(const float* src, const int32_t* ids, int32_t n, int64_t floats_per_block,
-                        float* dst);
-
 // --- CUDA launchers (HELIOS_CUDA builds; kernels/cuda/). Same parameters as the ref_ twin plus
 // a stream (a cudaStream_t, opaque here); they return 0 or the cudaError_t of the launch.
 // Every pointer is device memory unless its name says host.
@@ -169,13 +133,5 @@ int launch_matmul_f16(const float* x, const uint16_t* w, int32_t n_rows, int32_t
 int launch_f32_to_f16(const float* x, int64_t n, uint16_t* out, void* stream);
 int launch_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,
                       float* top1_prob, float* margin, float* entropy, void* stream);
-int launch_argmax(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* out, void* stream);
-int launch_sample(const float* logits, int32_t n_rows, int32_t n_vocab, const SampleParams* params,
-                  int32_t* out, void* stream);
-// Asynchronous on the stream; the other side may be host memory (pinned for a true async copy).
-int launch_gather_blocks(const float* src, const int32_t* host_ids, int32_t n,
-                         int64_t floats_per_block, float* dst, void* stream);
-int launch_scatter_blocks(const float* src, const int32_t* host_ids, int32_t n,
-                          int64_t floats_per_block, float* dst, void* stream);
 
 }  // namespace helios::kernels

@@ -61,9 +61,6 @@ class Backend {
   // Bytes of device memory still free (after weights, to size the KV cache); 0 when the backend
   // has no memory of its own (the CPU), i.e. size from physical memory instead.
   virtual size_t free_device_bytes() const { return 0; }
-  // Host memory for swapped-out KV blocks: page-locked on a GPU so the copies run at full speed.
-  virtual float* alloc_host(size_t n_floats);  // nullptr when out of memory
-  virtual void free_host(float* p);
   // x += y, then out = rmsnorm(x) · weight, as kernels::ref_add_rmsnorm.
   virtual void add_rmsnorm(float* x, const float* y, const float* weight, int32_t n_rows,
                            int32_t dim, float eps, float* out);
@@ -71,9 +68,6 @@ class Backend {
   // kernels::ref_exit_stats.
   virtual void exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* host_top1,
                           float* host_top1_prob, float* host_margin, float* host_entropy);
-  // One token per row of logits into host_out [n_rows], as kernels::ref_sample.
-  virtual void sample(const float* logits, int32_t n_rows, int32_t n_vocab,
-                      const kernels::SampleParams* host_params, int32_t* host_out);
 };
 
 // `n_threads` ≤ 0 means one per core.

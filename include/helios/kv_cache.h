@@ -12,26 +12,24 @@
 
 namespace helios {
 
-// Fixed-size blocks with reference counts: a block returns to the free list when its last holder
-// releases it (prefix sharing and forks retain a block instead of copying it).
+// Fixed-size blocks, each held by one sequence at a time: a block returns to the free list when
+// its holder releases it.
 class BlockAllocator {
  public:
   explicit BlockAllocator(int32_t n_blocks);
 
-  int32_t n_blocks() const { return static_cast<int32_t>(ref_counts_.size()); }
+  int32_t n_blocks() const { return static_cast<int32_t>(in_use_.size()); }
   int32_t n_free() const { return static_cast<int32_t>(free_list_.size()); }
   int32_t n_used() const { return n_blocks() - n_free(); }
   bool can_allocate(int32_t n) const { return n <= n_free(); }
 
-  // A block with reference count 1, or nullopt when none is free (a normal outcome, not an error).
+  // A free block, now in use, or nullopt when none is free (a normal outcome, not an error).
   std::optional<int32_t> allocate();
-  void retain(int32_t block_id);   // one more holder
-  void release(int32_t block_id);  // one holder fewer; freed at zero
-  int32_t ref_count(int32_t block_id) const { return ref_counts_.at(block_id); }
+  void release(int32_t block_id);  // back to the free list
 
  private:
-  std::vector<int32_t> free_list_;   // block ids, most recently freed last (reused first)
-  std::vector<int32_t> ref_counts_;  // [n_blocks]
+  std::vector<int32_t> free_list_;  // block ids, most recently freed last (reused first)
+  std::vector<uint8_t> in_use_;     // [n_blocks] 1 while handed out
 };
 
 // The blocks that hold one sequence's KV, in position order: position p lives in block

@@ -9,13 +9,6 @@
 
 namespace helios {
 
-float* Backend::alloc_host(size_t n_floats) {
-  const size_t bytes = ((n_floats * sizeof(float) + 63) / 64 + 1) * 64;
-  return static_cast<float*>(std::aligned_alloc(64, bytes));
-}
-
-void Backend::free_host(float* p) { std::free(p); }
-
 void Backend::add_rmsnorm(float* x, const float* y, const float* weight, int32_t n_rows,
                           int32_t dim, float eps, float* out) {
   add(x, y, static_cast<int64_t>(n_rows) * dim);
@@ -28,13 +21,6 @@ void Backend::exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, i
   download(host.data(), logits, host.size());
   kernels::ref_exit_stats(host.data(), n_rows, n_vocab, host_top1, host_top1_prob, host_margin,
                           host_entropy);
-}
-
-void Backend::sample(const float* logits, int32_t n_rows, int32_t n_vocab,
-                     const kernels::SampleParams* host_params, int32_t* host_out) {
-  std::vector<float> host(static_cast<size_t>(n_rows) * n_vocab);
-  download(host.data(), logits, host.size());
-  kernels::ref_sample(host.data(), n_rows, n_vocab, host_params, host_out);
 }
 
 StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& name, int n_threads) {

@@ -4,7 +4,7 @@
 
 namespace helios {
 
-BlockAllocator::BlockAllocator(int32_t n_blocks) : ref_counts_(n_blocks, 0) {
+BlockAllocator::BlockAllocator(int32_t n_blocks) : in_use_(n_blocks, 0) {
   free_list_.reserve(n_blocks);
   // Hand out low ids first: the stack pops from the back.
   for (int32_t id = n_blocks - 1; id >= 0; --id) free_list_.push_back(id);
@@ -14,19 +14,15 @@ std::optional<int32_t> BlockAllocator::allocate() {
   if (free_list_.empty()) return std::nullopt;
   const int32_t id = free_list_.back();
   free_list_.pop_back();
-  assert(ref_counts_[id] == 0);
-  ref_counts_[id] = 1;
+  assert(!in_use_[id]);
+  in_use_[id] = 1;
   return id;
 }
 
-void BlockAllocator::retain(int32_t block_id) {
-  assert(ref_counts_.at(block_id) > 0 && "retain of a free block");
-  ++ref_counts_[block_id];
-}
-
 void BlockAllocator::release(int32_t block_id) {
-  assert(ref_counts_.at(block_id) > 0 && "release of a free block");
-  if (--ref_counts_[block_id] == 0) free_list_.push_back(block_id);
+  assert(in_use_.at(block_id) && "release of a free block");
+  in_use_[block_id] = 0;
+  free_list_.push_back(block_id);
 }
 
 bool reserve_tokens(BlockAllocator& allocator, BlockTable& table, int32_t n_tokens,

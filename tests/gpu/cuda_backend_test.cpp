@@ -84,12 +84,6 @@ TEST(CudaBackend, DecisionOpsMatchTheDefaults) {
   EXPECT_EQ(top1, top1_cpu);
   EXPECT_TRUE(gpu_test::all_near(e, e_cpu, 0.0f, 1e-4f));
 
-  std::vector<kernels::SampleParams> params(n_rows);
-  for (int32_t r = 0; r < n_rows; ++r) params[r] = {0.9f, r == 0 ? 0 : 20 * r, r % 2 ? 0.9f : 1.0f, 0, 5, 17};
-  std::vector<int32_t> ids(n_rows), ids_cpu(n_rows);
-  be->sample(d.data(), n_rows, n_vocab, params.data(), ids.data());
-  cpu->sample(h.data(), n_rows, n_vocab, params.data(), ids_cpu.data());
-  EXPECT_EQ(ids, ids_cpu);
   EXPECT_GT(be->free_device_bytes(), 0u);
 }
 

@@ -35,7 +35,7 @@ struct StagedInts {
   std::vector<int32_t> shadow;  // what `device` holds
 };
 
-enum Scratch { kScratchHalfX, kScratchAttention, kScratchStats, kScratchSample, kScratchCount };
+enum Scratch { kScratchHalfX, kScratchAttention, kScratchStats, kScratchCount };
 
 class CudaBackend final : public Backend {
  public:
@@ -70,14 +70,10 @@ class CudaBackend final : public Backend {
   void add(float* x, const float* y, int64_t n) override;
 
   size_t free_device_bytes() const override;
-  float* alloc_host(size_t n_floats) override;
-  void free_host(float* p) override;
   void add_rmsnorm(float* x, const float* y, const float* weight, int32_t n_rows, int32_t dim,
                    float eps, float* out) override;
   void exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,
                   float* top1_prob, float* margin, float* entropy) override;
-  void sample(const float* logits, int32_t n_rows, int32_t n_vocab,
-              const kernels::SampleParams* params, int32_t* out) override;
 
  private:
   // false (and a log line naming `call`) on error.
@@ -199,22 +195,6 @@ size_t CudaBackend::free_device_bytes() const {
   bind();
   size_t free_bytes = 0, total = 0;
   return ok(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo") ? free_bytes : 0;
-}
-
-float* CudaBackend::alloc_host(size_t n) {
-  bind();
-  void* p = nullptr;
-  const cudaError_t e = cudaHostAlloc(&p, std::max<size_t>(n * sizeof(float), 64), cudaHostAllocDefault);
-  if (e == cudaErrorMemoryAllocation) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  return ok(e, "cudaHostAlloc") ? static_cast<float*>(p) : nullptr;
-}
-
-void CudaBackend::free_host(float* p) {
-  bind();
-  ok(cudaFreeHost(p), "cudaFreeHost");
 }
 
 const int32_t* CudaBackend::stage(const int32_t* host, size_t n) {
@@ -388,25 +368,6 @@ void CudaBackend::exit_stats(const float* logits, int32_t n_rows, int32_t n_voca
   std::memcpy(top1_prob, host.data() + 4 * n, 4 * n);
   std::memcpy(margin, host.data() + 8 * n, 4 * n);
   std::memcpy(entropy, host.data() + 12 * n, 4 * n);
-}
-
-void CudaBackend::sample(const float* logits, int32_t n_rows, int32_t n_vocab,
-                         const kernels::SampleParams* params, int32_t* out) {
-  bind();
-  if (n_rows <= 0) return;
-  // [params (n_rows) | ids (n_rows)]
-  const size_t params_bytes = sizeof(kernels::SampleParams) * n_rows;
-  auto* d = static_cast<uint8_t*>(scratch(kScratchSample, params_bytes + sizeof(int32_t) * n_rows));
-  if (!d) return;
-  auto* d_params = reinterpret_cast<kernels::SampleParams*>(d);
-  auto* d_out = reinterpret_cast<int32_t*>(d + params_bytes);
-  if (!ok(cudaMemcpyAsync(d_params, params, params_bytes, cudaMemcpyHostToDevice, stream_), "sample (cudaMemcpyAsync)") ||
-      !ok_launch(kernels::launch_sample(logits, n_rows, n_vocab, d_params, d_out, stream_), "launch_sample")) {
-    return;
-  }
-  if (ok(cudaMemcpyAsync(out, d_out, sizeof(int32_t) * n_rows, cudaMemcpyDeviceToHost, stream_), "sample (cudaMemcpyAsync)")) {
-    ok(cudaStreamSynchronize(stream_), "sample (cudaStreamSynchronize)");
-  }
 }
 
 }  // namespace

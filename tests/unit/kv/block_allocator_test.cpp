@@ -22,18 +22,6 @@ TEST(BlockAllocator, AllocatesEveryBlockOnceThenRunsOut) {
   EXPECT_FALSE(a.can_allocate(1));
 }
 
-TEST(BlockAllocator, RefCountsKeepSharedBlocksUntilLastRelease) {
-  BlockAllocator a(2);
-  const int32_t id = *a.allocate();
-  a.retain(id);
-  EXPECT_EQ(a.ref_count(id), 2);
-  a.release(id);
-  EXPECT_EQ(a.n_free(), 1) << "a block still held must not be freed";
-  a.release(id);
-  EXPECT_EQ(a.n_free(), 2);
-  EXPECT_EQ(a.ref_count(id), 0);
-}
-
 TEST(BlockAllocator, FreedBlockIsReusedFirst) {
   BlockAllocator a(3);
   const int32_t first = *a.allocate();
