@@ -31,7 +31,9 @@ class Backend {
   virtual std::string name() const = 0;  // "cpu", "cuda:0"
 
   // --- memory (required)
-  virtual float* alloc(size_t n_floats) = 0;  // nullptr when out of memory
+  // nullptr when out of memory (or when n_floats floats overflow the address space); Buffer
+  // callers check empty(), nothing stores a null pointer for later.
+  virtual float* alloc(size_t n_floats) = 0;
   virtual void free(float* p) = 0;
   virtual void upload(float* dst, const float* host_src, size_t n_floats) = 0;
   virtual void download(float* host_dst, const float* src, size_t n_floats) = 0;
@@ -76,7 +78,7 @@ std::unique_ptr<Backend> make_cpu_backend(int n_threads);
 // build supports (and how to build the CUDA backend when it is missing).
 StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& name, int n_threads);
 
-// Backend memory that frees itself.
+// Backend memory that frees itself. Empty when the backend had none left: every owner checks.
 class Buffer {
  public:
   Buffer() = default;

@@ -2,6 +2,7 @@
 // attention.
 #include <cblas.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -15,6 +16,8 @@ extern "C" void openblas_set_num_threads(int);
 namespace helios {
 namespace {
 
+constexpr size_t kMaxAllocFloats = (SIZE_MAX - 128) / sizeof(float);
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int n_threads) : pool_(n_threads) { openblas_set_num_threads(n_threads); }
@@ -22,6 +25,7 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
 
   float* alloc(size_t n) override {
+    if (n > kMaxAllocFloats) return nullptr;  // the byte count below would wrap around
     // 64-byte aligned for vector loads; at least one cache line so alloc(0) is still unique.
     const size_t bytes = ((n * sizeof(float) + 63) / 64 + 1) * 64;
     return static_cast<float*>(std::aligned_alloc(64, bytes));

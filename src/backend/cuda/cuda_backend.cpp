@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -158,6 +159,7 @@ CudaBackend::~CudaBackend() {
 
 float* CudaBackend::alloc(size_t n) {
   bind();
+  if (n > SIZE_MAX / sizeof(float)) return nullptr;  // the byte count would wrap around
   void* p = nullptr;
   // At least 256 bytes, so that alloc(0) still gives a unique, non-null pointer.
   const cudaError_t e = cudaMalloc(&p, std::max<size_t>(n * sizeof(float), 256));
