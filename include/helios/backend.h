@@ -60,8 +60,9 @@ class Backend {
 
   // --- optional: each has a default built from the ops above or from the reference twin run on
   // downloaded data, so a backend overrides only what it does faster.
-  // Bytes of device memory still free (after weights, to size the KV cache); 0 when the backend
-  // has no memory of its own (the CPU), i.e. size from physical memory instead.
+  // Bytes of device memory still free (after the weights and the forward pass's activations, to
+  // size the KV cache); 0 when the backend has no memory of its own (the CPU), i.e. size from
+  // physical memory instead.
   virtual size_t free_device_bytes() const { return 0; }
   // x += y, then out = rmsnorm(x) · weight, as kernels::ref_add_rmsnorm.
   virtual void add_rmsnorm(float* x, const float* y, const float* weight, int32_t n_rows,

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "helios/calibrate.h"
+#include "helios/model_setup.h"
 
 namespace helios::cli {
 
@@ -84,64 +85,54 @@ StatusOr<LoadedModel> load_model(const Args& args) {
   HELIOS_ASSIGN_OR_RETURN(auto listed, parse_int_list("exits", args.str("exits")));
   if (load_layers < 0) return invalid_argument("--load-layers must be >= 0");
 
+  ModelSetupOptions setup;
+  setup.path = args.str("model");
+  setup.load_layers = static_cast<int32_t>(load_layers);
+  setup.exits.layers = listed;
+  setup.exits.every = static_cast<int32_t>(every);
+  setup.exits.min_layer = static_cast<int32_t>(min_layer);
+  setup.default_exits = true;
+  setup.names.load_layers = "--load-layers";
+  // Exit heads: the named file, or the sidecar next to the model when there is one.
+  // Without a --heads option (calibrate, which fits them) the exits use the logit lens.
+  std::string heads = args.str("heads");
+  if (heads == "auto") {
+    const std::string sidecar = default_exit_heads_path(setup.path);
+    heads = std::filesystem::exists(sidecar) ? sidecar : "";
+  }
+  if (heads != "none") setup.heads_path = heads;
+  // A live percentage on a terminal; nothing per tensor in a log file.
+  const bool tty = ::isatty(STDERR_FILENO);
+  int last_percent = -1;
+  setup.progress = [&](int done, int total) {
+    const int percent = 100 * done / total;
+    if (tty && percent != last_percent) {
+      std::fprintf(stderr, "\rloading %s: %3d%%", setup.path.c_str(), percent);
+      last_percent = percent;
+    }
+  };
+
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   LoadedModel out;
   out.backend = make_cpu_backend(static_cast<int>(threads));
-  ModelLoadOptions load;
-  load.n_layers = static_cast<int32_t>(load_layers);
-  // A live percentage on a terminal; nothing per tensor in a log file.
-  const bool tty = ::isatty(STDERR_FILENO);
-  int last_percent = -1;
-  const std::string path = args.str("model");
-  load.progress = [&](int done, int total) {
-    const int percent = 100 * done / total;
-    if (tty && percent != last_percent) {
-      std::fprintf(stderr, "\rloading %s: %3d%%", path.c_str(), percent);
-      last_percent = percent;
-    }
-  };
-  auto model = Model::load(path, *out.backend, load);
+  auto loaded = setup_model(*out.backend, setup);
   if (tty && last_percent >= 0) std::fputc('\n', stderr);
-  if (!model.ok()) return model.status();
-  out.model = std::move(*model);
-  Model& m = *out.model;
-
-  // Exit heads: the named file, or the sidecar next to the model when there is one.
-  // Without a --heads option (calibrate, which fits them) the exits use the logit lens.
-  std::string heads = args.str("heads");
-  if (heads.empty()) heads = "none";
-  if (heads == "auto") {
-    const std::string sidecar = default_exit_heads_path(path);
-    heads = std::filesystem::exists(sidecar) ? sidecar : "none";
-  }
-  ExitHeadSet set;
-  if (heads != "none") {
-    HELIOS_ASSIGN_OR_RETURN(set, load_exit_heads(heads, m.config()));
-    out.heads_path = heads;
-  }
-  ExitPointsSpec spec;
-  spec.layers = listed;
-  spec.every = static_cast<int32_t>(every);
-  spec.min_layer = static_cast<int32_t>(min_layer);
-  if (spec.layers.empty() && spec.every == 0) {
-    if (!set.heads.empty()) {
-      for (const auto& h : set.heads) spec.layers.push_back(h.layer);
-    } else {
-      spec.every = 4;
-      spec.min_layer = 4;
-    }
-  }
-  HELIOS_ASSIGN_OR_RETURN(auto points, resolve_exit_points(spec, m.config().n_layer));
-  std::erase_if(points, [&](int32_t l) { return l >= m.n_layers_loaded(); });
-  HELIOS_RETURN_IF_ERROR(m.set_exits(points, out.heads_path.empty() ? nullptr : &set));
+  if (!loaded.ok()) return loaded.status();
+  if (!loaded->warning.empty()) std::fprintf(stderr, "helios: warning: %s\n", loaded->warning.c_str());
+  out.model = std::move(loaded->model);
+  out.heads_path = setup.heads_path;
   out.load_seconds = std::chrono::duration<double>(clock::now() - t0).count();
 
-  std::string listed_points;
-  for (int32_t l : m.exit_layers()) listed_points += (listed_points.empty() ? "" : ",") + std::to_string(l);
+  const Model& m = *out.model;
+  std::string points;
+  for (int32_t l : m.exit_layers()) {
+    if (!points.empty()) points += ',';
+    points += std::to_string(l);
+  }
   std::fprintf(stderr, "loaded %s (%d of %d layers, %.1fM parameters) in %.2f s; exits after layers %s (%s)\n",
-               path.c_str(), m.n_layers_loaded(), m.config().n_layer, m.weights().n_params / 1e6,
-               out.load_seconds, listed_points.empty() ? "none" : listed_points.c_str(),
+               setup.path.c_str(), m.n_layers_loaded(), m.config().n_layer, m.weights().n_params / 1e6,
+               out.load_seconds, points.empty() ? "none" : points.c_str(),
                out.heads_path.empty() ? "logit lens" : out.heads_path.c_str());
   return out;
 }

@@ -1,5 +1,5 @@
 // Loading a model for a local command (generate, eval, calibrate): the shared options — model
-// file, threads, early exit — and the load with progress on stderr.
+// file, threads, early exit — turned into the library's setup_model, with progress on stderr.
 #pragma once
 
 #include <memory>
@@ -24,7 +24,8 @@ struct LoadedModel {
   double load_seconds = 0;
 };
 
-// Loads the model with its exit points and heads; prints progress and a summary to stderr.
+// Loads the model with its exit points and heads (setup_model; without --exits or --exit-every the
+// heads file's layers, else every 4th); prints progress, dropped exits and a summary to stderr.
 StatusOr<LoadedModel> load_model(const Args& args);
 // The rule from --policy etc., checked against the model (policy names and thresholds may also
 // come as lists: `policy_name` and `threshold` pick one). A threshold is a number or "calibrated"

@@ -17,21 +17,10 @@ std::string num(double v) {
   return buf;
 }
 
-std::string join_layers(const std::vector<int32_t>& layers) {
-  std::string out;
-  for (int32_t l : layers) out += (out.empty() ? "" : ", ") + std::to_string(l);
-  return out;
-}
-
 std::string policy_names(const std::vector<ExitPolicy>& policies) {
   std::string out;
   for (ExitPolicy p : policies) out += (out.empty() ? "" : ", ") + std::string(exit_policy_name(p));
   return out;
-}
-
-bool needs_exit_points(ExitPolicy policy) {
-  return policy == ExitPolicy::kPerToken || policy == ExitPolicy::kBatchSync ||
-         policy == ExitPolicy::kSelfSpeculative;
 }
 
 // Policy and measure names: the spellings early_exit.h gives, listed when one is unknown.
@@ -65,43 +54,6 @@ Status check_unchanged(const ExitRule& merged, const ExitRule& def) {
 }
 
 }  // namespace
-
-StatusOr<ExitRule> resolve_exit_rule(ExitRule rule, const Model& model, std::string_view field_prefix) {
-  const std::vector<int32_t>& points = model.exit_layers();
-  const int32_t loaded = model.n_layers_loaded();
-  const std::string policy = exit_policy_name(rule.policy);
-  if (needs_exit_points(rule.policy) && points.empty()) {
-    return field_error(field_prefix, "policy", "'" + policy + "' needs exit points, and this model has "
-                                               "none below its loaded depth (" + std::to_string(loaded) +
-                                               "); the server's config sets them in "
-                                               "models[].early_exit.exits or exit_every");
-  }
-  if (rule.policy == ExitPolicy::kFixedDepth) {
-    if (rule.depth == 0) rule.depth = loaded;  // the Helios mode: the loaded prefix is the depth
-    if (rule.depth != loaded && std::find(points.begin(), points.end(), rule.depth) == points.end()) {
-      return field_error(field_prefix, "depth", "fixed-depth needs an exit point or the loaded depth, got " +
-                                                    std::to_string(rule.depth) + "; valid: " +
-                                                    (points.empty() ? "" : join_layers(points) + " or ") +
-                                                    std::to_string(loaded));
-    }
-  } else if (rule.policy == ExitPolicy::kSelfSpeculative) {
-    if (rule.depth == 0) rule.depth = points.front();
-    if (std::find(points.begin(), points.end(), rule.depth) == points.end()) {
-      return field_error(field_prefix, "depth", "self-speculative drafts at an exit point, got " +
-                                                    std::to_string(rule.depth) + "; valid: " +
-                                                    join_layers(points));
-    }
-  }
-  // What only the model knows (probes at every exit, ...).
-  if (Status s = model.check_exit_rule(rule); !s.ok()) {
-    std::string where(field_prefix);
-    where.pop_back();  // "exit." → "exit"
-    return invalid_argument(where + ": this model cannot run policy " + policy + " with measure " +
-                            confidence_measure_name(rule.measure) + " (depth " +
-                            std::to_string(rule.depth) + "): " + s.message());
-  }
-  return rule;
-}
 
 StatusOr<ExitRule> exit_rule_for_request(const v1::ExitOptions& o, const EarlyExitConfig& config,
                                          const Model& model) {
@@ -147,7 +99,7 @@ StatusOr<ExitRule> exit_rule_for_request(const v1::ExitOptions& o, const EarlyEx
     return field_error("exit.", "threshold", num(rule.threshold) + " is below this server's minimum " +
                                                  num(config.min_threshold));
   }
-  return resolve_exit_rule(rule, model, "exit.");
+  return resolve_exit_rule(rule, model, "exit.", kConfigExitsHint);
 }
 
 void to_exit_options(const ExitRule& rule, v1::ExitOptions* out) {

@@ -5,12 +5,10 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
 #include <mutex>
-#include <optional>
 #include <shared_mutex>
 #include <sstream>
 #include <thread>
@@ -433,111 +431,6 @@ StatusOr<std::unique_ptr<HeliosServer>> HeliosServer::start(const HeliosConfig& 
   auto server = std::make_unique<ServerImpl>(config, metrics);
   HELIOS_RETURN_IF_ERROR(server->build());
   return std::unique_ptr<HeliosServer>(std::move(server));
-}
-
-namespace {
-
-// Exit points, heads and the default rule of a loaded model. Exit points at or past the loaded
-// depth are dropped with a warning rather than refused: one spec (exit_every: 4) then serves any
-// load_layers, and the loaded depth is always where the last tokens leave.
-Status setup_early_exit(ServedModel& served) {
-  const EarlyExitConfig& ee = served.entry.early_exit;
-  Model& model = *served.model;
-  const ModelConfig& c = model.config();
-  const int32_t loaded = model.n_layers_loaded();
-  if (ee.load_layers > c.n_layer) {
-    return invalid_argument("early_exit.load_layers: " + std::to_string(ee.load_layers) +
-                            " is more than the model's " + std::to_string(c.n_layer) +
-                            " layers; use 1.." + std::to_string(c.n_layer) + ", or 0 for all");
-  }
-  auto resolved = resolve_exit_points(ee.exits, c.n_layer);
-  if (!resolved.ok()) return invalid_argument("early_exit.exits: " + resolved.status().message());
-  std::vector<int32_t> points;
-  std::string dropped;
-  for (int32_t layer : *resolved) {
-    if (layer < loaded) points.push_back(layer);
-    else dropped += (dropped.empty() ? "" : ", ") + std::to_string(layer);
-  }
-  if (!dropped.empty()) {
-    spdlog::warn("{}: exit points {} are at or past the loaded depth ({} of {} layers); dropped",
-                 served.entry.name, dropped, loaded, c.n_layer);
-  }
-  std::optional<ExitHeadSet> heads;
-  if (!ee.heads_path.empty()) {
-    auto loaded_heads = load_exit_heads(ee.heads_path, c);
-    if (!loaded_heads.ok()) return invalid_argument("early_exit.heads: " + loaded_heads.status().message());
-    heads = std::move(*loaded_heads);
-  }
-  // set_exits copies what it needs from the heads.
-  if (Status s = model.set_exits(points, heads ? &*heads : nullptr); !s.ok()) {
-    return invalid_argument("early_exit.exits: " + s.message());
-  }
-  HELIOS_ASSIGN_OR_RETURN(served.default_exit, resolve_exit_rule(ee.default_rule, model, "early_exit."));
-
-  std::string listed;
-  for (int32_t layer : points) listed += (listed.empty() ? "" : ", ") + std::to_string(layer);
-  const ExitRule& rule = served.default_exit;
-  spdlog::info("{}: {} of {} layers loaded; exit points [{}]; heads {}; default policy {} (measure {}, "
-               "threshold {:g}, depth {}); request overrides {}",
-               served.entry.name, loaded, c.n_layer, listed,
-               ee.heads_path.empty() ? "identity (logit lens)" : ee.heads_path,
-               exit_policy_name(rule.policy), confidence_measure_name(rule.measure), rule.threshold,
-               rule.depth, ee.allow_request_override ? "allowed" : "refused");
-  return ok_status();
-}
-
-}  // namespace
-
-StatusOr<std::unique_ptr<ServedModel>> load_served_model(const ModelEntryConfig& entry,
-                                                         const EngineConfig& engine,
-                                                         size_t n_models, MetricsRegistry& metrics) {
-  auto served = std::make_unique<ServedModel>();
-  served->entry = entry;
-  HELIOS_ASSIGN_OR_RETURN(served->backend, make_backend(engine.backend, engine.threads));
-  ModelLoadOptions load;
-  load.n_layers = entry.early_exit.load_layers;
-  int last_percent = -1;
-  load.progress = [&](int done, int total) {
-    const int percent = 100 * done / total;
-    if (percent / 25 != last_percent / 25) spdlog::info("loading {}: {}%", entry.name, percent);
-    last_percent = percent;
-  };
-  HELIOS_ASSIGN_OR_RETURN(served->model, Model::load(entry.path, *served->backend, load));
-  const ModelConfig& c = served->model->config();
-  HELIOS_RETURN_IF_ERROR(setup_early_exit(*served));
-
-  // KV cache: the configured bytes, or a fraction of the free device memory after the weights (a
-  // GPU) or of physical memory (the CPU), shared by the models. Only loaded layers have K/V.
-  int64_t kv_bytes = engine.kv_cache_bytes;
-  if (kv_bytes == 0) {
-    const double physical = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-    const size_t free_device = served->backend->free_device_bytes();
-    kv_bytes = static_cast<int64_t>((free_device > 0 ? static_cast<double>(free_device) : physical) *
-                                    engine.kv_cache_fraction);
-  }
-  kv_bytes /= static_cast<int64_t>(n_models);
-  const int64_t per_block = KvCacheStorage::bytes_per_block(served->model->kv_config(), engine.block_size);
-  EngineOptions options;
-  options.block_size = engine.block_size;
-  options.n_kv_blocks = static_cast<int32_t>(std::min<int64_t>(kv_bytes / per_block, 1 << 24));
-  if (options.n_kv_blocks < 1) {
-    return invalid_argument("engine.kv_cache (" + std::to_string(kv_bytes) + " bytes for model '" + entry.name +
-                            "') is smaller than one KV block (" + std::to_string(per_block) +
-                            " bytes); give it more memory");
-  }
-  options.n_swap_blocks = engine.preemption == PreemptionMode::kSwap
-                              ? static_cast<int32_t>(engine.swap_space_bytes / n_models / per_block) : 0;
-  options.queue_limit = engine.queue_limit;
-  options.scheduler.max_batched_tokens = engine.max_batched_tokens;
-  options.scheduler.max_seqs = engine.max_seqs;
-  options.scheduler.preemption = engine.preemption;
-  served->context_tokens = std::min<int64_t>(c.n_ctx_train, static_cast<int64_t>(options.n_kv_blocks) * engine.block_size);
-  spdlog::info("{}: {} layers, {:.1f}M parameters on {}; KV cache {} blocks × {} tokens ({:.0f} MiB), "
-               "context {} tokens", entry.name, c.n_layer, served->model->weights().n_params / 1e6,
-               served->backend->name(), options.n_kv_blocks, options.block_size,
-               static_cast<double>(options.n_kv_blocks) * per_block / 1048576.0, served->context_tokens);
-  HELIOS_ASSIGN_OR_RETURN(served->engine, Engine::start(*served->model, options, &metrics));
-  return served;
 }
 
 }  // namespace helios::server

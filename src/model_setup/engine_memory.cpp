@@ -1,0 +1,57 @@
+// Memory for an engine: the forward pass's activations first, then the KV cache from what is left
+// (include/helios/model_setup.h).
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "helios/model_setup.h"
+
+namespace helios {
+
+StatusOr<KvCacheSize> size_kv_cache(const EngineConfig& engine, const ModelConfig& kv_config, size_t n_models,
+                                    int64_t memory_bytes, std::string_view model_name) {
+  const auto models = static_cast<int64_t>(std::max<size_t>(n_models, 1));
+  KvCacheSize out;
+  out.bytes = engine.kv_cache_bytes > 0
+                  ? engine.kv_cache_bytes
+                  : static_cast<int64_t>(static_cast<double>(memory_bytes) * engine.kv_cache_fraction);
+  out.bytes /= models;
+  out.bytes_per_block = KvCacheStorage::bytes_per_block(kv_config, engine.block_size);
+  out.n_blocks = static_cast<int32_t>(std::min<int64_t>(out.bytes / out.bytes_per_block, 1 << 24));
+  if (out.n_blocks < 1) {
+    return invalid_argument("engine.kv_cache (" + std::to_string(out.bytes) + " bytes for model '" +
+                            std::string(model_name) + "') is smaller than one KV block (" +
+                            std::to_string(out.bytes_per_block) + " bytes); give it more memory");
+  }
+  if (engine.preemption == PreemptionMode::kSwap) {
+    out.n_swap_blocks = static_cast<int32_t>(
+        std::min<int64_t>(engine.swap_space_bytes / models / out.bytes_per_block, 1 << 24));
+  }
+  return out;
+}
+
+int64_t kv_memory_bytes(const Backend& backend) {
+  const size_t free_device = backend.free_device_bytes();
+  if (free_device > 0) return static_cast<int64_t>(free_device);
+  return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+}
+
+StatusOr<EngineOptions> plan_engine(const EngineConfig& engine, Model& model, size_t n_models,
+                                    std::string_view model_name) {
+  // The largest pass the engine runs: one step's tokens. Self-speculative drafts are taken from
+  // the same budget, so a verification pass is no larger.
+  HELIOS_RETURN_IF_ERROR(model.reserve_workspace(engine.max_batched_tokens));
+  HELIOS_ASSIGN_OR_RETURN(KvCacheSize kv, size_kv_cache(engine, model.kv_config(), n_models,
+                                                        kv_memory_bytes(model.backend()), model_name));
+  EngineOptions options;
+  options.block_size = engine.block_size;
+  options.n_kv_blocks = kv.n_blocks;
+  options.n_swap_blocks = kv.n_swap_blocks;
+  options.queue_limit = engine.queue_limit;
+  options.scheduler.max_batched_tokens = engine.max_batched_tokens;
+  options.scheduler.max_seqs = engine.max_seqs;
+  options.scheduler.preemption = engine.preemption;
+  return options;
+}
+
+}  // namespace helios
