@@ -38,6 +38,10 @@ class Backend {
   virtual void upload(float* dst, const float* host_src, size_t n_floats) = 0;
   virtual void download(float* host_dst, const float* src, size_t n_floats) = 0;
   virtual void synchronize() {}
+  // The first device call that failed (a CUDA or cuBLAS error naming the call), sticky: after it
+  // the device's results are not to be trusted, so every later forward pass fails with it too.
+  // OK on a backend whose calls cannot fail (the CPU: it reports out of memory through alloc).
+  virtual Status error() const { return ok_status(); }
   // Weight types matmul() takes as they are; the loader turns others into F32.
   virtual bool supports_weight_type(TensorType type) const = 0;
 

@@ -133,7 +133,10 @@ int main(int argc, char** argv) {
 
   std::vector<std::unique_ptr<helios::server::ServedModel>> models;
   for (const auto& entry : config->models) {
-    auto served = helios::server::load_served_model(entry, config->engine, config->models.size(), metrics);
+    helios::server::HeliosServer* srv = server->get();
+    auto served = helios::server::load_served_model(
+        entry, config->engine, config->models.size(), metrics,
+        [srv, name = entry.name](const std::string& error) { srv->report_fault(name, error); });
     if (!served.ok()) {
       spdlog::error("cannot load model '{}': {}", entry.name, served.status().message());
       (*server)->drain_and_stop(0);

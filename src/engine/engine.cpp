@@ -229,6 +229,8 @@ void Engine::Impl::fault(const Status& error) {
     arrived.swap(incoming);  // submitted before the fault: they never reach the device
     for (const auto& [request, stream] : arrived) client_ids.erase(request.client_id);
   }
+  // Reported before any client hears of it, so a health check after a failed call sees it.
+  if (options.on_fault) options.on_fault(reason);
   for (auto& [request, stream] : arrived) {
     GenerationUpdate u;
     u.finish = FinishReason::kAborted;
@@ -239,7 +241,6 @@ void Engine::Impl::fault(const Status& error) {
   std::vector<RequestId> ids;
   for (const auto& [id, unused] : live) ids.push_back(id);
   for (RequestId id : ids) end_request(id, live[id]->aborted(reason, StatusCode::kInternal));
-  if (options.on_fault) options.on_fault(reason);
 }
 
 void Engine::Impl::publish_queues() {

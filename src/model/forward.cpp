@@ -151,6 +151,7 @@ void Model::keep_logits(Pass& p, int32_t logits_row, int32_t result_row) {
 StatusOr<ForwardResult> Model::forward(const ForwardBatch& batch, KvCacheStorage& kv) {
   HELIOS_RETURN_IF_ERROR(validate(batch, kv));
   HELIOS_RETURN_IF_ERROR(check_partial_pass(batch));
+  HELIOS_RETURN_IF_ERROR(backend_.error());  // a faulted device never produces tokens
   Pass p(batch, kv);
   HELIOS_RETURN_IF_ERROR(plan_batch(p));
   const ModelConfig& c = config_;
@@ -176,6 +177,7 @@ StatusOr<ForwardResult> Model::forward(const ForwardBatch& batch, KvCacheStorage
     if (exit_here) check_exits(p, layer_no);
   }
   final_heads(p);
+  HELIOS_RETURN_IF_ERROR(backend_.error());  // the logits of a failed call are garbage
   return std::move(p.result);
 }
 

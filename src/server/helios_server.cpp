@@ -106,8 +106,18 @@ class ServerImpl final : public HeliosServer {
       std::unique_lock lock(mu_);
       models_ = std::move(models);
       state_ = ServerState::kServing;
+      if (faulted_) return;  // a model faulted while loading the others: never SERVING
     }
     set_health(true);
+  }
+
+  void report_fault(const std::string& model, const std::string& error) override {
+    spdlog::error("{}: device fault, the model takes no more requests: {}", model, error);
+    {
+      std::unique_lock lock(mu_);
+      faulted_ = true;
+    }
+    set_health(false);
   }
 
   void drain_and_stop(double drain_timeout_s) override {
@@ -216,6 +226,7 @@ class ServerImpl final : public HeliosServer {
   int port_ = 0;
   mutable std::shared_mutex mu_;
   ServerState state_ = ServerState::kLoading;
+  bool faulted_ = false;  // a device error: NOT_SERVING from then on
   std::vector<std::unique_ptr<ServedModel>> models_;
   std::atomic<uint64_t> request_counter_{0};
   std::mutex ids_mu_;
@@ -274,7 +285,7 @@ grpc::Status Service::Generate(ServerContext* ctx, const v1::GenerateRequest* re
       return {StatusCode::CANCELLED, "cancelled"};
     }
     if (!update) continue;
-    const bool server_ended = update->finish == GenerationFinish::kAborted && !update->error.empty();
+    const bool server_ended = update->finish == FinishReason::kAborted && !update->error.empty();
     v1::GenerateResponse response;
     to_response(*update, id, &response);
     if (server_ended) response.set_finish_reason(v1::FINISH_REASON_UNSPECIFIED);
@@ -285,9 +296,9 @@ grpc::Status Service::Generate(ServerContext* ctx, const v1::GenerateRequest* re
     if (server_ended) {
       server_.count_error();
       spdlog::warn("{}: ended by the server: {}", id, update->error);
-      return {StatusCode::UNAVAILABLE, update->error};
+      return to_grpc(helios::Status(update->error_code, update->error));
     }
-    if (update->finish != GenerationFinish::kNone) {
+    if (update->finish != FinishReason::kNone) {
       spdlog::info("{}: {} prompt + {} generated tokens, ttft {:.3f} s, total {:.3f} s", id,
                    update->prompt_tokens, update->completion_tokens, update->ttft_seconds,
                    update->total_seconds);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,12 +38,16 @@ class HeliosServer {
   // Graceful stop: health NOT_SERVING, new calls UNAVAILABLE, in-flight streams get up to
   // `drain_timeout_s` to finish, the rest end with UNAVAILABLE; then the server stops.
   virtual void drain_and_stop(double drain_timeout_s) = 0;
+  // A model's engine faulted (a device error): logged, and health turns NOT_SERVING for good; the
+  // engine itself refuses that model's requests with INTERNAL. Safe from any thread.
+  virtual void report_fault(const std::string& model, const std::string& error) = 0;
 };
 
 // Loads one model (its first early_exit.load_layers blocks), sets its exit points and heads, checks
-// its default exit rule and starts its engine, sizing the KV cache from the config.
-StatusOr<std::unique_ptr<ServedModel>> load_served_model(const ModelEntryConfig& entry,
-                                                         const EngineConfig& engine,
-                                                         size_t n_models, MetricsRegistry& metrics);
+// its default exit rule and starts its engine, sizing the KV cache from the config. `on_fault`
+// (may be empty) hears of a device error in its engine.
+StatusOr<std::unique_ptr<ServedModel>> load_served_model(
+    const ModelEntryConfig& entry, const EngineConfig& engine, size_t n_models, MetricsRegistry& metrics,
+    std::function<void(const std::string& error)> on_fault = {});
 
 }  // namespace helios::server

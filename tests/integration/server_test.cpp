@@ -8,10 +8,13 @@
 #include <sstream>
 #include <thread>
 
+#include <grpcpp/generic/generic_stub.h>
+
 #include "helios/model_tools.h"
 #include "helios/v1/helios.grpc.pb.h"
 #include "server/helios_server.h"
 #include "test_paths.h"
+#include "unit/model_setup/limited_backend.h"
 
 namespace helios {
 namespace {
@@ -267,6 +270,73 @@ TEST_F(ServerTest, RequestIdsAreUniqueAcrossModels) {
   while (reader->Read(&resp)) {
   }
   reader->Finish();
+}
+
+// grpc.health.v1.Health/Check for the whole server, through a generic stub (the request is the
+// empty message; the response's field 1 is the status: 1 SERVING, 2 NOT_SERVING).
+int health_status(const std::string& address) {
+  grpc::GenericStub stub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  grpc::CompletionQueue cq;
+  grpc::Slice empty;
+  grpc::ByteBuffer request(&empty, 1), response;
+  auto call = stub.PrepareUnaryCall(&ctx, "/grpc.health.v1.Health/Check", request, &cq);
+  call->StartCall();
+  grpc::Status status;
+  call->Finish(&response, &status, reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  EXPECT_TRUE(cq.Next(&tag, &ok) && ok);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  return bytes.size() == 2 && bytes[0] == 0x08 ? bytes[1] : 0;
+}
+
+TEST_F(ServerTest, ADeviceFaultFailsRequestsWithInternalAndTurnsHealthNotServing) {
+  config_.server.listen = "127.0.0.1:0";
+  config_.server.metrics_listen = "";
+  auto started = server::HeliosServer::start(config_, metrics_);
+  ASSERT_TRUE(started.ok()) << started.status().to_string();
+  server_ = std::move(*started);
+  // A model on a backend whose device can be made to fail, wired as heliosd wires it.
+  auto served = std::make_unique<server::ServedModel>();
+  served->entry.name = "stories";
+  auto backend = std::make_unique<testing::LimitedBackend>(size_t{1} << 30);
+  testing::LimitedBackend* device = backend.get();
+  served->backend = std::move(backend);
+  auto model = Model::load(stories_model(), *served->backend);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  served->model = std::move(*model);
+  served->context_tokens = 512;
+  EngineOptions options;
+  options.n_kv_blocks = 64;
+  server::HeliosServer* srv = server_.get();
+  options.on_fault = [srv](const std::string& error) { srv->report_fault("stories", error); };
+  auto engine = Engine::start(*served->model, options, nullptr);
+  ASSERT_TRUE(engine.ok());
+  served->engine = std::move(*engine);
+  std::vector<std::unique_ptr<server::ServedModel>> models;
+  models.push_back(std::move(served));
+  server_->set_models(std::move(models));
+  address_ = "127.0.0.1:" + std::to_string(server_->port());
+  stub_ = v1::Helios::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+
+  grpc::Status s;
+  EXPECT_EQ(generate("Once upon a time", 8, &s).size(), 8u);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(health_status(address_), 1);
+
+  device->fail_after_matmuls(40);  // a few passes into the next request
+  const std::vector<int32_t> ids = generate("Lily and Tom", 64, &s);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_NE(s.error_message().find("injected device fault in matmul"), std::string::npos) << s.error_message();
+  EXPECT_LT(ids.size(), 64u);
+  EXPECT_EQ(health_status(address_), 2) << "NOT_SERVING after a device fault";
+  generate("One day", 8, &s);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL) << "a faulted engine takes no more work";
 }
 
 }  // namespace

@@ -8,7 +8,8 @@
 // (the loader dequantizes them).
 //
 // Errors: a failing CUDA or cuBLAS call is logged to stderr with the call's name and error; the
-// op returns without its result. Nothing aborts.
+// op returns without its result and error() reports the first failure from then on (the forward
+// pass returns it, the engine fails its requests with INTERNAL). Nothing aborts.
 #include "backend/cuda/cuda_backend.h"
 
 #include <cublas_v2.h>
@@ -75,6 +76,7 @@ class CudaBackend final : public Backend {
                    float eps, float* out) override;
   void exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,
                   float* top1_prob, float* margin, float* entropy) override;
+  Status error() const override { return first_error_.empty() ? ok_status() : internal_error(first_error_); }
 
  private:
   // false (and a log line naming `call`) on error.
@@ -92,10 +94,15 @@ class CudaBackend final : public Backend {
   void* scratch_[kScratchCount] = {};
   size_t scratch_bytes_[kScratchCount] = {};
   mutable int n_errors_ = 0;
+  mutable std::string first_error_;  // sticky: after it the device's results are not trusted
 };
 
 bool CudaBackend::ok(cudaError_t e, const char* call) const {
   if (e == cudaSuccess) return true;
+  if (first_error_.empty()) {
+    first_error_ = "CUDA error on " + name() + " in " + call + ": " + cudaGetErrorName(e) + " (" +
+                   cudaGetErrorString(e) + ")";
+  }
   if (n_errors_ < kMaxLoggedErrors) {
     std::fprintf(stderr, "helios: CUDA error on %s in %s: %s (%s)\n", name().c_str(), call,
                  cudaGetErrorName(e), cudaGetErrorString(e));
@@ -108,6 +115,9 @@ bool CudaBackend::ok(cudaError_t e, const char* call) const {
 
 bool CudaBackend::ok_blas(cublasStatus_t s, const char* call) const {
   if (s == CUBLAS_STATUS_SUCCESS) return true;
+  if (first_error_.empty()) {
+    first_error_ = "cuBLAS error on " + name() + " in " + call + ": " + cublasGetStatusString(s);
+  }
   if (n_errors_ < kMaxLoggedErrors) {
     std::fprintf(stderr, "helios: cuBLAS error on %s in %s: %s\n", name().c_str(), call,
                  cublasGetStatusString(s));
