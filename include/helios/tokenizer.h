@@ -106,4 +106,8 @@ class StreamDecoder {
   std::string pending_;
 };
 
+// The text with every invalid UTF-8 sequence replaced by U+FFFD (for a piece or a decode that
+// may split a character).
+std::string valid_utf8(std::string_view text);
+
 }  // namespace helios

@@ -17,7 +17,6 @@
 #include "helios/v1/helios.grpc.pb.h"
 #include "server/exit_options.h"
 #include "server/request_convert.h"
-#include "tokenizer/unicode.h"
 
 namespace helios::server {
 namespace {
@@ -326,7 +325,7 @@ grpc::Status Service::Tokenize(ServerContext* ctx, const v1::TokenizeRequest* re
     resp->add_token_ids(id);
     // A piece can be part of a UTF-8 character (byte tokens, byte-level BPE); proto3 strings must
     // be valid UTF-8 or clients fail to parse the whole response, so the broken bytes become U+FFFD.
-    resp->add_pieces(unicode::sanitize_utf8(tok.token_to_piece(id, true)));
+    resp->add_pieces(valid_utf8(tok.token_to_piece(id, true)));
   }
   return grpc::Status::OK;
 }
@@ -343,7 +342,7 @@ grpc::Status Service::Detokenize(ServerContext* ctx, const v1::DetokenizeRequest
                                                 " is outside the vocabulary"};
     }
   }
-  resp->set_text(unicode::sanitize_utf8(m->model->tokenizer().decode(ids)));  // ids may split a character
+  resp->set_text(valid_utf8(m->model->tokenizer().decode(ids)));  // ids may split a character
   return grpc::Status::OK;
 }
 

@@ -192,4 +192,6 @@ std::string StreamDecoder::flush() {
   return out;
 }
 
+std::string valid_utf8(std::string_view text) { return unicode::sanitize_utf8(text); }
+
 }  // namespace helios
