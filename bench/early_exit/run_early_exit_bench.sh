@@ -26,14 +26,19 @@ if [ "${1:-}" = "--quick" ]; then NUM_PROMPTS=8; THRESHOLDS="0.8 calibrated"; PR
 MODEL=$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
 HEADS=$ROOT/models/SmolLM2-135M-Instruct.Q4_1.exits.gguf
 EXITS="4,8,12,16,20,24,28"
-CAL_TEXT=$ROOT/../shared/data/sharegpt/mlenergy_sg90k_first_prompts_2978_sorted.json
-EVAL_TEXT=$ROOT/../shared/data/sharegpt/mlenergy_ShareGPT_V3_filtered_1000_prompts.json
+# Calibration and evaluation text: ShareGPT prompts from the data folder beside the repository,
+# or any ShareGPT JSON given as CAL_TEXT / EVAL_TEXT.
+CAL_TEXT=${CAL_TEXT:-$ROOT/../shared/data/sharegpt/mlenergy_sg90k_first_prompts_2978_sorted.json}
+EVAL_TEXT=${EVAL_TEXT:-$ROOT/../shared/data/sharegpt/mlenergy_ShareGPT_V3_filtered_1000_prompts.json}
 STAMP=$(date -u +%Y-%m-%dT%H%MZ)
 OUT=$ROOT/bench/results
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
 [ -f "$MODEL" ] || { echo "missing $MODEL: run scripts/fetch_model.sh" >&2; exit 1; }
+for f in "$CAL_TEXT" "$EVAL_TEXT"; do
+  [ -f "$f" ] || { echo "missing $f: set CAL_TEXT and EVAL_TEXT to ShareGPT JSON files (scripts/fetch_sharegpt.sh installs one)" >&2; exit 1; }
+done
 echo "== build" >&2
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > /dev/null
 cmake --build build -j"$(nproc)" --target helios heliosd > /dev/null

@@ -46,11 +46,11 @@ log "built"
 HELIOS="$BUILD/helios"
 BENCH="$BUILD/bench/helios-bench-gpu"
 
-# stories260K for the forward-pass test: the models cache, else converted from shared data.
+# stories260K for the forward-pass test: the models cache, else converted from tests/data.
 mkdir -p "$MODELS"
-if [ ! -f "$MODELS/stories260K.gguf" ] && [ -f ../shared/data/models/stories260K/stories260K.bin ]; then
-  "$HELIOS" convert-llama2c --checkpoint ../shared/data/models/stories260K/stories260K.bin \
-    --tokenizer ../shared/data/models/stories260K/tok512.bin --out "$MODELS/stories260K.gguf" >> "$RESULTS/run_device.log" 2>&1
+if [ ! -f "$MODELS/stories260K.gguf" ]; then
+  "$HELIOS" convert-llama2c --checkpoint tests/data/stories260K/stories260K.bin \
+    --tokenizer tests/data/stories260K/tok512.bin --out "$MODELS/stories260K.gguf" >> "$RESULTS/run_device.log" 2>&1
 fi
 [ -f "$MODELS/stories260K.gguf" ] || log "stories260K.gguf absent: the forward-pass test will skip"
 

@@ -242,6 +242,11 @@ def workload_loader(args, dataset_info: dict, log):
                 name = "prompts"
         elif not path and name in DEFAULT_PATHS:
             path = str(DEFAULT_PATHS[name])
+        if path and not Path(path).exists():
+            raise SystemExit(f"helios-bench: {path} does not exist. The default prompt and trace files come from "
+                             f"the data folder beside the repository ({SHARED_DATA_DIR}, or set "
+                             f"HELIOS_SHARED_DATA_DIR); ShareGPT with replies from scripts/fetch_sharegpt.sh; "
+                             f"or pass --dataset-path FILE, or use --dataset synthetic")
         max_prompt = args.max_prompt_len or 1024
         if name == "sharegpt":
             reqs = workloads.load_sharegpt(path, args.num_prompts, args.seed, sync.count_tokens,

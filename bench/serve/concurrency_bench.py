@@ -22,9 +22,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# The data folder beside the repository (an optional extra: pass --prompts FILE without it).
 DEFAULT_PROMPTS = ROOT / "shared/data/sharegpt/mlenergy_ShareGPT_V3_filtered_1000_prompts.json"
-if not DEFAULT_PROMPTS.exists():
-    DEFAULT_PROMPTS = Path("/work/shared/data/sharegpt/mlenergy_ShareGPT_V3_filtered_1000_prompts.json")
 
 COLUMNS = """\
 columns of the table (one row per concurrency level):
@@ -495,6 +494,10 @@ def main():
     model_info = {f.name: v for f, v in info.ListFields()}
 
     n_max = max(max(args.requests_per_client * c, args.min_requests) for c in args.levels)
+    if not Path(args.prompts).exists():
+        raise SystemExit(f"concurrency_bench: {args.prompts} does not exist: it comes from the data folder beside "
+                         f"the repository; pass --prompts with any ShareGPT-format JSON (e.g. the one "
+                         f"scripts/fetch_sharegpt.sh installs, or tests/data/sharegpt/ for a short run)")
     prompts, skipped, tokenize_failed = load_prompts(pb, stub, args.model, args.prompts, n_max,
                                     args.prompt_min_tokens, args.prompt_max_tokens)
     log(f"{len(prompts)} prompts ({skipped} skipped as shorter than {args.prompt_min_tokens} tokens, "

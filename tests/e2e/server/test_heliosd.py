@@ -888,6 +888,45 @@ class PreemptionSwapTest(PreemptionRecomputeTest):
     SWAPS = True
 
 
+class PreemptionEveryPolicyTest(ServerTestCase):
+    """Recompute replays each generated token's exit layer, so under every policy whose exits do not
+    depend on the other requests of a step (all but batch-sync) a preempted request generates what it
+    generates alone, and leaves at the same layers."""
+    CONFIG = {"engine": {"kv_cache": 12 * STORIES_BLOCK_BYTES, "block_size": 16, "preemption": "recompute",
+                         "swap_space": "1MiB"}}
+    # Exits after layers 2 and 3: at a 0.999 threshold per-token rows leave at either or run to the
+    # end (the logit lens of stories260K is very confident once a story repeats itself).
+    EARLY_EXIT = {"policy": "full", "exits": [2, 3]}
+    POLICIES = [dict(policy="full"), dict(policy="per-token", measure="top1", threshold=0.999),
+                dict(policy="fixed-depth", depth=3), dict(policy="self-speculative", depth=2, draft_tokens=3)]
+
+    @classmethod
+    def models(cls):
+        return [("stories", STORIES, {"early_exit": cls.EARLY_EXIT})]
+
+    def test_preempted_outputs_and_exits_match_unpreempted(self):
+        prompts = PROMPTS[8:14]
+        for fields in self.POLICIES:
+            rule = pb.ExitOptions(**fields)
+
+            def run(p, rule=rule):
+                return generate(self.stub, text=p, max_tokens=80, ignore_eos=True, exit=rule)
+            solo = [run(p) for p in prompts]
+            before = self.server.status().preemptions
+            results = run_concurrently([lambda p=p: run(p) for p in prompts])
+            for p, ref, r in zip(prompts, solo, results):
+                self.assertIsInstance(r, Result, f"{rule.policy} '{p}': {r}")
+                self.assertEqual(r.ids, ref.ids, f"{rule.policy}: '{p}' differs after preemption")
+                self.assertEqual([t.exit_layer for t in r.tokens], [t.exit_layer for t in ref.tokens],
+                                 f"{rule.policy}: '{p}' left at other layers after preemption")
+            if rule.policy == "per-token":
+                layers = {t.exit_layer for r in results for t in r.tokens}
+                self.assertGreater(len(layers), 1, f"per-token should mix exit layers, got {layers}")
+            self.assertGreater(self.server.status().preemptions, before,
+                               f"{rule.policy}: the tiny cache should have forced preemption")
+        self.assertIdle("after preemption")
+
+
 # ---------------------------------------------------------------------------------------------
 # API keys.
 

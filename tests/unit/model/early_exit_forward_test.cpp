@@ -275,7 +275,10 @@ TEST(EarlyExitForward, PartialPassesAreChecked) {
 // Self-speculative decoding is lossless: the same tokens as full depth, greedy and seeded sampling.
 void expect_speculative_equals_full(const std::string& path, const std::vector<std::string>& prompts,
                                     int32_t draft_layer, std::vector<int32_t> draft_counts) {
-  ASSERT_TRUE(std::filesystem::exists(path)) << "no model at " << path << ": run scripts/fetch_model.sh";
+  ASSERT_TRUE(std::filesystem::exists(path))
+      << "no model at " << path
+      << (path.find("stories") != std::string::npos ? ": it comes from tests/data (git checkout -- tests/data)"
+                                                      : ": run scripts/fetch_model.sh");
   auto backend = make_cpu_backend(2);
   auto model = Model::load(path, *backend);
   ASSERT_TRUE(model.ok());
