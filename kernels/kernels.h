@@ -62,19 +62,33 @@ void ref_matmul(const float* x, const float* w, int32_t n_rows, int32_t n_in, in
 
 // --- Quantized weights.
 // Weights stay in their GGUF block format (ids as GGUF numbers them). Activations are rounded
-// to 8 bits per block of 32 first — Q8_1 (with the block sum) for Q4_1 weights, Q8_0 otherwise —
-// exactly as llama.cpp does, so both produce the same logits to within float summation order.
-enum WeightType : uint32_t { kWeightF32 = 0, kWeightQ4_0 = 2, kWeightQ4_1 = 3, kWeightQ8_0 = 8 };
+// to 8 bits first, exactly as llama.cpp does: per block of 32 — Q8_1 (with the block sum) for
+// Q4_1/Q5_1 weights, Q8_0 for Q8_0/Q4_0/Q5_0 — or per super-block of 256 as Q8_K (with sums per
+// 16) for the K-quants Q4_K/Q5_K/Q6_K. Products follow llama.cpp's x86 (AVX2) arithmetic, so both
+// give the same logits to within float summation order, and usually bit for bit.
+enum WeightType : uint32_t {
+  kWeightF32 = 0, kWeightQ4_0 = 2, kWeightQ4_1 = 3, kWeightQ5_0 = 6, kWeightQ5_1 = 7, kWeightQ8_0 = 8,
+  kWeightQ4_K = 12, kWeightQ5_K = 13, kWeightQ6_K = 14,
+};
 
-// Bytes of one quantized activation row of n_in values (n_in a multiple of 32).
+// The types ref_matmul_quantized takes, and the values per block of each (n_in is a multiple).
+bool ref_quantized_weight_type(uint32_t weight_type);
+int32_t ref_quantized_block_values(uint32_t weight_type);
+// Bytes of one quantized activation row of n_in values.
 int64_t ref_activation_row_bytes(uint32_t weight_type, int32_t n_in);
 // xq[r] = quantize(x[r]) for r < n_rows.  x: [n_rows, n_in]; xq: [n_rows, activation_row_bytes]
 void ref_quantize_activations(uint32_t weight_type, const float* x, int32_t n_rows, int32_t n_in,
                               void* xq);
 // y[r, o] = dot(w[o], xq[r]) for output rows o in [out_begin, out_end).
 //   w: [n_out, n_in] in weight_type blocks; xq from ref_quantize_activations; y: [n_rows, n_out]
+// Each row r is computed alone in a fixed order: its result does not depend on n_rows.
 void ref_matmul_quantized(uint32_t weight_type, const void* w, const void* xq, int32_t n_rows,
                           int32_t n_in, int32_t n_out, int32_t out_begin, int32_t out_end, float* y);
+// The same product by the portable scalar code alone, which ref_matmul_quantized runs where the
+// build has no AVX2 (ref_matmul_quantized_is_vector() false): the two give the same bits.
+void ref_matmul_quantized_scalar(uint32_t weight_type, const void* w, const void* xq, int32_t n_rows,
+                                 int32_t n_in, int32_t n_out, int32_t out_begin, int32_t out_end, float* y);
+bool ref_matmul_quantized_is_vector();
 
 // x += y over n values (the residual connection).
 void ref_add(float* x, const float* y, int64_t n);

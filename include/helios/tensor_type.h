@@ -32,7 +32,8 @@ int64_t tensor_row_bytes(TensorType type, int64_t n);
 
 // src holds `n` elements in `type`'s layout (n a multiple of the block size).
 Status dequantize_row(TensorType type, const void* src, float* dst, int64_t n);
-// The inverse, for the types Helios can write: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K.
+// The inverse, for the types Helios can write: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+// Q4_K, Q5_K, Q6_K.
 Status quantize_row(TensorType type, const float* src, void* dst, int64_t n);
 
 float fp16_to_fp32(uint16_t h);

@@ -3,50 +3,42 @@
 #include "helios/tensor_type.h"
 
 #include "kernels/ref/fp16.h"
+#include "kernels/ref/quant_blocks.h"
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 namespace helios {
 namespace {
 
-constexpr int64_t kQK = 32;    // elements per Q4_0/Q4_1/Q8_0 block
-constexpr int64_t kQKK = 256;  // elements per K-quant super-block
-
-struct BlockQ8_0 { uint16_t d; int8_t qs[kQK]; };
-struct BlockQ4_0 { uint16_t d; uint8_t qs[kQK / 2]; };
-struct BlockQ4_1 { uint16_t d; uint16_t m; uint8_t qs[kQK / 2]; };
-struct BlockQ4_K { uint16_t d; uint16_t dmin; uint8_t scales[12]; uint8_t qs[kQKK / 2]; };
-struct BlockQ6_K { uint8_t ql[kQKK / 2]; uint8_t qh[kQKK / 4]; int8_t scales[kQKK / 16]; uint16_t d; };
-static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20);
-static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210);
+// The block layouts, shared with the quantized matmul kernels.
+using kernels::BlockQ4_0;
+using kernels::BlockQ4_1;
+using kernels::BlockQ4_K;
+using kernels::BlockQ5_0;
+using kernels::BlockQ5_1;
+using kernels::BlockQ5_K;
+using kernels::BlockQ6_K;
+using kernels::BlockQ8_0;
+constexpr int64_t kQK = kernels::kQK;    // elements per Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 block
+constexpr int64_t kQKK = kernels::kQKK;  // elements per K-quant super-block
 
 struct Entry { uint32_t id; TensorTypeTraits traits; };
 constexpr Entry kTypes[] = {
     {0, {"F32", 1, 4, true}},       {1, {"F16", 1, 2, true}},
     {2, {"Q4_0", 32, 18, true}},    {3, {"Q4_1", 32, 20, true}},
-    {6, {"Q5_0", 32, 22, false}},   {7, {"Q5_1", 32, 24, false}},
+    {6, {"Q5_0", 32, 22, true}},    {7, {"Q5_1", 32, 24, true}},
     {8, {"Q8_0", 32, 34, true}},    {9, {"Q8_1", 32, 36, false}},
     {10, {"Q2_K", 256, 84, false}}, {11, {"Q3_K", 256, 110, false}},
-    {12, {"Q4_K", 256, 144, true}}, {13, {"Q5_K", 256, 176, false}},
+    {12, {"Q4_K", 256, 144, true}}, {13, {"Q5_K", 256, 176, true}},
     {14, {"Q6_K", 256, 210, true}}, {15, {"Q8_K", 256, 292, false}},
     {24, {"I8", 1, 1, false}},      {25, {"I16", 1, 2, false}},
     {26, {"I32", 1, 4, false}},     {27, {"I64", 1, 8, false}},
     {28, {"F64", 1, 8, false}},     {30, {"BF16", 1, 2, true}},
 };
-
-// Scale and min of sub-block j of a Q4_K super-block, packed as 6-bit values in 12 bytes.
-void q4k_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
 
 void dequant_q8_0(const BlockQ8_0* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, y += kQK) {
@@ -75,19 +67,62 @@ void dequant_q4_1(const BlockQ4_1* b, float* y, int64_t nb) {
   }
 }
 
-void dequant_q4_k(const BlockQ4_K* b, float* y, int64_t nb) {
+// Q5_0: the low four bits of each value in qs (as Q4_0), the fifth bit of value j in bit j of qh.
+void dequant_q5_0(const BlockQ5_0* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQK) {
+    const float d = fp16_to_fp32(b[i].d);
+    uint32_t qh;
+    std::memcpy(&qh, b[i].qh, sizeof(qh));
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int lo = (b[i].qs[j] & 0xF) | (((qh >> j) & 1) << 4);
+      const int hi = (b[i].qs[j] >> 4) | (((qh >> (j + kQK / 2)) & 1) << 4);
+      y[j] = d * (lo - 16);
+      y[j + kQK / 2] = d * (hi - 16);
+    }
+  }
+}
+
+// The 5-bit values of a Q5_1 block: the nibbles of qs plus bit j of qh for element j.
+void q5_values(const uint8_t* qs, const uint8_t* qh, int* q) {
+  const uint32_t high = kernels::q5_high_bits(qh);
+  for (int j = 0; j < kQK / 2; ++j) {
+    q[j] = (qs[j] & 0xF) | static_cast<int>((high >> j) & 1) << 4;
+    q[j + kQK / 2] = (qs[j] >> 4) | static_cast<int>((high >> (j + kQK / 2)) & 1) << 4;
+  }
+}
+
+void dequant_q5_1(const BlockQ5_1* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQK) {
+    const float d = fp16_to_fp32(b[i].d), m = fp16_to_fp32(b[i].m);
+    int q[kQK];
+    q5_values(b[i].qs, b[i].qh, q);
+    for (int j = 0; j < kQK; ++j) y[j] = d * q[j] + m;
+  }
+}
+
+// Q4_K, and Q5_K (Q4_K's layout with a fifth bit per value: bit j of qh[l] for element l of
+// sub-block j).
+template <typename Block>
+void dequant_q45_k(const Block* b, float* y, int64_t nb) {
+  constexpr bool kFiveBits = std::is_same_v<Block, BlockQ5_K>;
   for (int64_t i = 0; i < nb; ++i) {
     const float d = fp16_to_fp32(b[i].d), dmin = fp16_to_fp32(b[i].dmin);
     const uint8_t* q = b[i].qs;
     // 8 sub-blocks of 32; each byte of qs feeds sub-block 2k (low nibble) and 2k+1 (high).
     for (int j = 0; j < 8; j += 2, q += 32) {
       uint8_t sc, m;
-      q4k_scale_min(j, b[i].scales, &sc, &m);
+      kernels::k_quant_scale_min(j, b[i].scales, &sc, &m);
       const float d1 = d * sc, m1 = dmin * m;
-      q4k_scale_min(j + 1, b[i].scales, &sc, &m);
+      kernels::k_quant_scale_min(j + 1, b[i].scales, &sc, &m);
       const float d2 = d * sc, m2 = dmin * m;
-      for (int l = 0; l < 32; ++l) *y++ = d1 * (q[l] & 0xF) - m1;
-      for (int l = 0; l < 32; ++l) *y++ = d2 * (q[l] >> 4) - m2;
+      for (int h = 0; h < 2; ++h) {
+        const float dh = h ? d2 : d1, mh = h ? m2 : m1;
+        for (int l = 0; l < 32; ++l) {
+          int v = (q[l] >> (4 * h)) & 0xF;
+          if constexpr (kFiveBits) v |= ((b[i].qh[l] >> (j + h)) & 1) << 4;
+          *y++ = dh * v - mh;
+        }
+      }
     }
   }
 }
@@ -141,62 +176,119 @@ void quant_q4_0(const float* x, BlockQ4_0* b, int64_t nb) {
   }
 }
 
+// Q4_1 and Q5_1 as llama.cpp's reference quantizers: [min, max] in `steps` steps (15 or 31);
+// writes the block's d and m and each element's level q[j] ∈ [0, steps].
+template <typename Block>
+void quant_min_levels(const float* x, int steps, Block& b, int* q) {
+  const auto [mn, mx] = std::minmax_element(x, x + kQK);
+  const float d = (*mx - *mn) / static_cast<float>(steps), id = d ? 1.0f / d : 0.0f;
+  b.d = fp32_to_fp16(d);
+  b.m = fp32_to_fp16(*mn);
+  for (int j = 0; j < kQK; ++j) q[j] = std::clamp(static_cast<int>((x[j] - *mn) * id + 0.5f), 0, steps);
+}
+
 void quant_q4_1(const float* x, BlockQ4_1* b, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK) {
-    const auto [mn, mx] = std::minmax_element(x, x + kQK);
-    const float d = (*mx - *mn) / 15.0f, id = d ? 1.0f / d : 0.0f;
-    b[i].d = fp32_to_fp16(d);
-    b[i].m = fp32_to_fp16(*mn);
-    for (int j = 0; j < kQK / 2; ++j) {
-      const int lo = std::min(15, static_cast<int>((x[j] - *mn) * id + 0.5f));
-      const int hi = std::min(15, static_cast<int>((x[j + kQK / 2] - *mn) * id + 0.5f));
-      b[i].qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+    int q[kQK];
+    quant_min_levels(x, 15, b[i], q);
+    for (int j = 0; j < kQK / 2; ++j) b[i].qs[j] = static_cast<uint8_t>(q[j] | (q[j + kQK / 2] << 4));
+  }
+}
+
+// Q4_K and Q5_K's scales: per sub-block of 32 a min/max fit with levels 0..n_levels, 6-bit
+// scales and mins packed into scales[12] (the inverse of k_quant_scale_min); d, dmin stored in
+// fp16. Writes each element's level (0..n_levels) into q[256]. Simple, not error-optimal.
+template <typename Block>
+void quant_k_scales(const float* x, int n_levels, Block& b, uint8_t* q) {
+  float scale[8], minv[8], max_scale = 0, max_min = 0;
+  for (int j = 0; j < 8; ++j) {
+    const auto [mn, mx] = std::minmax_element(x + 32 * j, x + 32 * j + 32);
+    minv[j] = std::max(0.0f, -*mn);  // K-quants subtract a non-negative min
+    scale[j] = (*mx + minv[j]) / n_levels;
+    max_scale = std::max(max_scale, scale[j]);
+    max_min = std::max(max_min, minv[j]);
+  }
+  b.d = fp32_to_fp16(max_scale / 63.0f);
+  b.dmin = fp32_to_fp16(max_min / 63.0f);
+  const float dq = fp16_to_fp32(b.d), dminq = fp16_to_fp32(b.dmin);
+  uint8_t ls[8], lm[8];
+  for (int j = 0; j < 8; ++j) {
+    ls[j] = static_cast<uint8_t>(std::min(63L, dq ? std::lround(scale[j] / dq) : 0L));
+    lm[j] = static_cast<uint8_t>(std::min(63L, dminq ? std::lround(minv[j] / dminq) : 0L));
+  }
+  std::memset(b.scales, 0, 12);
+  for (int j = 0; j < 8; ++j) {
+    if (j < 4) {
+      b.scales[j] = ls[j];
+      b.scales[j + 4] = lm[j];
+    } else {
+      b.scales[j + 4] = (ls[j] & 0xF) | ((lm[j] & 0xF) << 4);
+      b.scales[j - 4] |= (ls[j] >> 4) << 6;
+      b.scales[j] |= (lm[j] >> 4) << 6;
+    }
+  }
+  for (int e = 0; e < kQKK; ++e) {
+    const float sd = dq * ls[e / 32], sm = dminq * lm[e / 32];
+    const long v = sd ? std::lround((x[e] + sm) / sd) : 0;
+    q[e] = static_cast<uint8_t>(std::clamp(v, 0L, static_cast<long>(n_levels)));
+  }
+}
+
+void quant_q4_k(const float* x, BlockQ4_K* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQKK) {
+    uint8_t q[kQKK];
+    quant_k_scales(x, 15, b[i], q);
+    for (int j = 0; j < 8; j += 2) {
+      for (int l = 0; l < 32; ++l) b[i].qs[16 * j + l] = q[32 * j + l] | (q[32 * (j + 1) + l] << 4);
     }
   }
 }
 
-// A simple (not error-optimal) Q4_K quantizer: per sub-block min/max, 6-bit scales and mins.
-void quant_q4_k(const float* x, BlockQ4_K* b, int64_t nb) {
+void quant_q5_k(const float* x, BlockQ5_K* b, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQKK) {
-    float scale[8], minv[8], max_scale = 0, max_min = 0;
-    for (int j = 0; j < 8; ++j) {
-      const auto [mn, mx] = std::minmax_element(x + 32 * j, x + 32 * j + 32);
-      minv[j] = std::max(0.0f, -*mn);  // Q4_K subtracts a non-negative min
-      scale[j] = (*mx + minv[j]) / 15.0f;
-      max_scale = std::max(max_scale, scale[j]);
-      max_min = std::max(max_min, minv[j]);
-    }
-    const float d = max_scale / 63.0f, dmin = max_min / 63.0f;
-    b[i].d = fp32_to_fp16(d);
-    b[i].dmin = fp32_to_fp16(dmin);
-    const float dq = fp16_to_fp32(b[i].d), dminq = fp16_to_fp32(b[i].dmin);
-    uint8_t ls[8], lm[8];
-    for (int j = 0; j < 8; ++j) {
-      ls[j] = static_cast<uint8_t>(std::min(63L, dq ? std::lround(scale[j] / dq) : 0L));
-      lm[j] = static_cast<uint8_t>(std::min(63L, dminq ? std::lround(minv[j] / dminq) : 0L));
-    }
-    std::memset(b[i].scales, 0, 12);
-    for (int j = 0; j < 8; ++j) {
-      if (j < 4) {
-        b[i].scales[j] = ls[j];
-        b[i].scales[j + 4] = lm[j];
-      } else {
-        b[i].scales[j + 4] = (ls[j] & 0xF) | ((lm[j] & 0xF) << 4);
-        b[i].scales[j - 4] |= (ls[j] >> 4) << 6;
-        b[i].scales[j] |= (lm[j] >> 4) << 6;
-      }
-    }
+    uint8_t q[kQKK];
+    quant_k_scales(x, 31, b[i], q);
+    std::memset(b[i].qh, 0, sizeof b[i].qh);
     for (int j = 0; j < 8; j += 2) {
       for (int l = 0; l < 32; ++l) {
-        uint8_t q[2];
-        for (int h = 0; h < 2; ++h) {
-          const float sd = dq * ls[j + h], sm = dminq * lm[j + h];
-          const long v = sd ? std::lround((x[32 * (j + h) + l] + sm) / sd) : 0;
-          q[h] = static_cast<uint8_t>(std::clamp(v, 0L, 15L));
-        }
-        b[i].qs[16 * j + l] = q[0] | (q[1] << 4);
+        const uint8_t lo = q[32 * j + l], hi = q[32 * (j + 1) + l];
+        b[i].qs[16 * j + l] = (lo & 0xF) | ((hi & 0xF) << 4);
+        b[i].qh[l] |= static_cast<uint8_t>(((lo >> 4) << j) | ((hi >> 4) << (j + 1)));
       }
     }
+  }
+}
+
+// Q5_0 as llama.cpp's reference quantizer (the value of largest magnitude maps to −16, d = max/−16)
+// and Q5_1 as Q4_1 with 31 steps; the fifth bits go to qh.
+void pack_q5(const int* q, uint8_t* qs, uint8_t* qh) {
+  uint32_t high = 0;
+  for (int j = 0; j < kQK / 2; ++j) {
+    qs[j] = static_cast<uint8_t>((q[j] & 0xF) | ((q[j + kQK / 2] & 0xF) << 4));
+    high |= static_cast<uint32_t>(q[j] >> 4) << j | static_cast<uint32_t>(q[j + kQK / 2] >> 4) << (j + kQK / 2);
+  }
+  for (int k = 0; k < 4; ++k) qh[k] = static_cast<uint8_t>(high >> (8 * k));
+}
+
+void quant_q5_0(const float* x, BlockQ5_0* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK) {
+    float amax = 0, max = 0;
+    for (int j = 0; j < kQK; ++j) {
+      if (std::fabs(x[j]) > amax) { amax = std::fabs(x[j]); max = x[j]; }
+    }
+    const float d = max / -16.0f, id = d ? 1.0f / d : 0.0f;
+    b[i].d = fp32_to_fp16(d);
+    int q[kQK];
+    for (int j = 0; j < kQK; ++j) q[j] = std::clamp(static_cast<int>(x[j] * id + 16.5f), 0, 31);
+    pack_q5(q, b[i].qs, b[i].qh);
+  }
+}
+
+void quant_q5_1(const float* x, BlockQ5_1* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK) {
+    int q[kQK];
+    quant_min_levels(x, 31, b[i], q);
+    pack_q5(q, b[i].qs, b[i].qh);
   }
 }
 
@@ -274,7 +366,7 @@ Status dequantize_row(TensorType type, const void* src, float* dst, int64_t n) {
   auto traits = tensor_type_traits(static_cast<uint32_t>(type));
   if (!traits || !traits->can_dequantize) {
     return unimplemented(std::string("cannot dequantize tensor type ") + tensor_type_name(type) +
-                         " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)");
+                         " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)");
   }
   if (n % traits->block_elems != 0) {
     return invalid_argument("row of " + std::to_string(n) + " elements is not a multiple of the " +
@@ -296,7 +388,10 @@ Status dequantize_row(TensorType type, const void* src, float* dst, int64_t n) {
     case TensorType::kQ8_0: dequant_q8_0(static_cast<const BlockQ8_0*>(src), dst, nb); break;
     case TensorType::kQ4_0: dequant_q4_0(static_cast<const BlockQ4_0*>(src), dst, nb); break;
     case TensorType::kQ4_1: dequant_q4_1(static_cast<const BlockQ4_1*>(src), dst, nb); break;
-    case TensorType::kQ4_K: dequant_q4_k(static_cast<const BlockQ4_K*>(src), dst, nb); break;
+    case TensorType::kQ5_0: dequant_q5_0(static_cast<const BlockQ5_0*>(src), dst, nb); break;
+    case TensorType::kQ5_1: dequant_q5_1(static_cast<const BlockQ5_1*>(src), dst, nb); break;
+    case TensorType::kQ4_K: dequant_q45_k(static_cast<const BlockQ4_K*>(src), dst, nb); break;
+    case TensorType::kQ5_K: dequant_q45_k(static_cast<const BlockQ5_K*>(src), dst, nb); break;
     case TensorType::kQ6_K: dequant_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb); break;
     default: return internal_error("dequantize_row: unhandled type");
   }
@@ -325,11 +420,14 @@ Status quantize_row(TensorType type, const float* src, void* dst, int64_t n) {
     case TensorType::kQ8_0: quant_q8_0(src, static_cast<BlockQ8_0*>(dst), nb); break;
     case TensorType::kQ4_0: quant_q4_0(src, static_cast<BlockQ4_0*>(dst), nb); break;
     case TensorType::kQ4_1: quant_q4_1(src, static_cast<BlockQ4_1*>(dst), nb); break;
+    case TensorType::kQ5_0: quant_q5_0(src, static_cast<BlockQ5_0*>(dst), nb); break;
+    case TensorType::kQ5_1: quant_q5_1(src, static_cast<BlockQ5_1*>(dst), nb); break;
     case TensorType::kQ4_K: quant_q4_k(src, static_cast<BlockQ4_K*>(dst), nb); break;
+    case TensorType::kQ5_K: quant_q5_k(src, static_cast<BlockQ5_K*>(dst), nb); break;
     case TensorType::kQ6_K: quant_q6_k(src, static_cast<BlockQ6_K*>(dst), nb); break;
     default:
       return unimplemented(std::string("cannot write tensor type ") + tensor_type_name(type) +
-                           " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)");
+                           " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)");
   }
   return ok_status();
 }

@@ -14,19 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "golden_util.h"
 #include "helios/tensor_type.h"
 #include "test_paths.h"
 
 namespace helios {
 namespace {
-
-std::vector<uint8_t> from_hex(const std::string& hex) {
-  std::vector<uint8_t> out(hex.size() / 2);
-  for (size_t i = 0; i < out.size(); ++i) {
-    out[i] = static_cast<uint8_t>(std::stoul(hex.substr(2 * i, 2), nullptr, 16));
-  }
-  return out;
-}
 
 // Distance in representable floats; 0 when bit-identical (or both zero).
 int64_t ulps_apart(float a, float b) {
@@ -58,7 +51,7 @@ TEST(TensorTypeGoldenDequant, MatchesGgufPy) {
       EXPECT_EQ(traits->block_bytes, c.at("type_size").get<int64_t>());
     }
     const int64_t n = c.at("n_elements");
-    const std::vector<uint8_t> bytes = from_hex(c.at("bytes_hex"));
+    const std::vector<uint8_t> bytes = testing::from_hex(c.at("bytes_hex"));
     ASSERT_EQ(static_cast<int64_t>(bytes.size()), tensor_row_bytes(type, n));
     const std::vector<double> want = c.at("values").get<std::vector<double>>();
     ASSERT_EQ(static_cast<int64_t>(want.size()), n);

@@ -3,9 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "helios/model.h"
 #include "test_paths.h"
@@ -17,6 +19,15 @@ inline nlohmann::json load_golden(const std::string& name) {
   std::ifstream in(path);
   EXPECT_TRUE(in.good()) << "missing golden file " << path << " (scripts/make_goldens.py makes it)";
   return in.good() ? nlohmann::json::parse(in) : nlohmann::json();
+}
+
+// Bytes from their hex spelling ("0aff" → {0x0a, 0xff}), as the goldens store raw data.
+inline std::vector<uint8_t> from_hex(const std::string& hex) {
+  std::vector<uint8_t> out(hex.size() / 2);
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = static_cast<uint8_t>(std::stoul(hex.substr(2 * i, 2), nullptr, 16));
+  }
+  return out;
 }
 
 // The default model, loaded once per test process (fails, naming the fix, when it is missing).

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "helios/tensor_type.h"
@@ -34,10 +35,10 @@ TEST(TensorTypeTable, BlockLayoutsMatchGgml) {
   const Want want[] = {
       {TensorType::kF32, "F32", 1, 4, true},      {TensorType::kF16, "F16", 1, 2, true},
       {TensorType::kQ4_0, "Q4_0", 32, 18, true},  {TensorType::kQ4_1, "Q4_1", 32, 20, true},
-      {TensorType::kQ5_0, "Q5_0", 32, 22, false}, {TensorType::kQ5_1, "Q5_1", 32, 24, false},
+      {TensorType::kQ5_0, "Q5_0", 32, 22, true},  {TensorType::kQ5_1, "Q5_1", 32, 24, true},
       {TensorType::kQ8_0, "Q8_0", 32, 34, true},  {TensorType::kQ8_1, "Q8_1", 32, 36, false},
       {TensorType::kQ2_K, "Q2_K", 256, 84, false}, {TensorType::kQ3_K, "Q3_K", 256, 110, false},
-      {TensorType::kQ4_K, "Q4_K", 256, 144, true}, {TensorType::kQ5_K, "Q5_K", 256, 176, false},
+      {TensorType::kQ4_K, "Q4_K", 256, 144, true}, {TensorType::kQ5_K, "Q5_K", 256, 176, true},
       {TensorType::kQ6_K, "Q6_K", 256, 210, true}, {TensorType::kQ8_K, "Q8_K", 256, 292, false},
       {TensorType::kBF16, "BF16", 1, 2, true},    {TensorType::kI32, "I32", 1, 4, false},
   };
@@ -308,37 +309,63 @@ TEST(TensorTypeQuant, Q8_0ErrorBound) {
   }
 }
 
-// Q4_0: the signed value m of largest magnitude maps to −8, d = m/−8. An element with
-// t = x/d ≤ 7.5 rounds to within d/2; one with t in (7.5, 8] (opposite sign to m) is clipped
-// to 7 and may be off by up to |d| = amax/8. The fp16 scale adds ≤ 8·|d|·u.
-TEST(TensorTypeQuant, Q4_0ErrorBound) {
-  for (const auto& x : test_rows()) {
-    const auto y = round_trip(TensorType::kQ4_0, x);
-    for (size_t b = 0; b < x.size(); b += 32) {
-      const double amax = block_amax(x, b, 32);
-      double m = 0;
-      for (size_t j = b; j < b + 32; ++j) if (std::fabs(x[j]) == amax) { m = x[j]; break; }
-      const double d = m / -8;
-      for (size_t j = b; j < b + 32; ++j) {
-        const bool clipped = d != 0 && x[j] / d > 7.5;
-        const double step = clipped ? amax / 8 : amax / 16;
-        ASSERT_LE(std::fabs(y[j] - x[j]), step + amax * kHalfU + amax * kSlop) << j;
+// Q4_0 and Q5_0 (L = 8 or 16 levels each side): the signed value m of largest magnitude maps to
+// −L, d = m/−L. An element with t = x/d ≤ L − 0.5 rounds to within d/2; one with t in (L − 0.5, L]
+// (opposite sign to m) is clipped to L − 1 and may be off by up to |d| = amax/L. The fp16 scale
+// adds ≤ L·|d|·u.
+TEST(TensorTypeQuant, Q4_0AndQ5_0ErrorBound) {
+  for (const auto& [type, levels] : {std::pair{TensorType::kQ4_0, 8}, std::pair{TensorType::kQ5_0, 16}}) {
+    SCOPED_TRACE(tensor_type_name(type));
+    for (const auto& x : test_rows()) {
+      const auto y = round_trip(type, x);
+      for (size_t b = 0; b < x.size(); b += 32) {
+        const double amax = block_amax(x, b, 32);
+        double m = 0;
+        for (size_t j = b; j < b + 32; ++j) if (std::fabs(x[j]) == amax) { m = x[j]; break; }
+        const double d = m / -levels;
+        for (size_t j = b; j < b + 32; ++j) {
+          const bool clipped = d != 0 && x[j] / d > levels - 0.5;
+          const double step = clipped ? amax / levels : amax / (2 * levels);
+          ASSERT_LE(std::fabs(y[j] - x[j]), step + amax * kHalfU + amax * kSlop) << j;
+        }
       }
     }
   }
 }
 
-// Q4_1: range R = max − min, d = R/15, values min + d·q. Rounding gives ≤ R/30; the fp16 scale
-// adds ≤ 15·d·u = R·u and the fp16 minimum ≤ |min|·u.
-TEST(TensorTypeQuant, Q4_1ErrorBound) {
-  for (const auto& x : test_rows()) {
-    const auto y = round_trip(TensorType::kQ4_1, x);
-    for (size_t b = 0; b < x.size(); b += 32) {
-      const auto [mn, mx] = std::minmax_element(x.begin() + b, x.begin() + b + 32);
-      const double range = *mx - *mn, amax = block_amax(x, b, 32);
-      const double bound = range / 30 + (range + std::fabs(*mn)) * kHalfU + amax * kSlop;
-      for (size_t j = b; j < b + 32; ++j) ASSERT_LE(std::fabs(y[j] - x[j]), bound) << j;
+// Q4_1 and Q5_1 (S = 15 or 31 steps): range R = max − min, d = R/S, values min + d·q. Rounding
+// gives ≤ R/(2S); the fp16 scale adds ≤ S·d·u = R·u and the fp16 minimum ≤ |min|·u.
+TEST(TensorTypeQuant, Q4_1AndQ5_1ErrorBound) {
+  for (const auto& [type, steps] : {std::pair{TensorType::kQ4_1, 15}, std::pair{TensorType::kQ5_1, 31}}) {
+    SCOPED_TRACE(tensor_type_name(type));
+    for (const auto& x : test_rows()) {
+      const auto y = round_trip(type, x);
+      for (size_t b = 0; b < x.size(); b += 32) {
+        const auto [mn, mx] = std::minmax_element(x.begin() + b, x.begin() + b + 32);
+        const double range = *mx - *mn, amax = block_amax(x, b, 32);
+        const double bound = range / (2 * steps) + (range + std::fabs(*mn)) * kHalfU + amax * kSlop;
+        for (size_t j = b; j < b + 32; ++j) ASSERT_LE(std::fabs(y[j] - x[j]), bound) << j;
+      }
     }
+  }
+}
+
+// Q5_0/Q5_1 blocks built by hand: the fifth bit of element j is bit j of qh.
+TEST(TensorTypeDequant, HandBuiltQ5Blocks) {
+  uint8_t q5_0[22], q5_1[24];
+  const uint16_t one = 0x3C00, min_half = 0xB800;  // 1, −0.5
+  const uint32_t high = 0xA5A5F00F;
+  for (uint8_t* b : {q5_0, q5_1}) std::memcpy(b, &one, 2);
+  std::memcpy(q5_1 + 2, &min_half, 2);
+  for (int k = 0; k < 4; ++k) q5_0[2 + k] = q5_1[4 + k] = static_cast<uint8_t>(high >> (8 * k));
+  for (int j = 0; j < 16; ++j) q5_0[6 + j] = q5_1[8 + j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  float y0[32], y1[32];
+  ASSERT_TRUE(dequantize_row(TensorType::kQ5_0, q5_0, y0, 32).ok());
+  ASSERT_TRUE(dequantize_row(TensorType::kQ5_1, q5_1, y1, 32).ok());
+  for (int j = 0; j < 32; ++j) {
+    const int q = (j < 16 ? j : 31 - j) | static_cast<int>((high >> j) & 1) << 4;
+    EXPECT_EQ(y0[j], q - 16.0f) << j;
+    EXPECT_EQ(y1[j], q - 0.5f) << j;
   }
 }
 
@@ -347,13 +374,19 @@ TEST(TensorTypeQuant, Q4_1ErrorBound) {
 // dmin = max min'/63 ≤ amax/63; 6-bit sub-scales round to within d/2 and dmin/2.
 // Unclipped elements err ≤ (s_j + d/2)/2 ≤ amax/15 + d/4; clipped ones ≤ 7.5·d + dmin/2
 // ≤ amax/42. So err ≤ amax/15 + amax/1890; we allow amax/15 + amax/945 for fp16 rounding.
-TEST(TensorTypeQuant, Q4_KErrorBound) {
-  for (const auto& x : test_rows()) {
-    const auto y = round_trip(TensorType::kQ4_K, x);
-    for (size_t b = 0; b < x.size(); b += 256) {
-      const double amax = block_amax(x, b, 256);
-      const double bound = amax / 15 + amax / 945 + amax * kSlop;
-      for (size_t j = b; j < b + 256; ++j) ASSERT_LE(std::fabs(y[j] - x[j]), bound) << j;
+// Q5_K: the same with 31 steps, s_j ≤ 2·amax/31: unclipped ≤ amax/31 + d/4 (d ≤ 2·amax/1953),
+// clipped ≤ 15.5·d + dmin/2 ≤ amax/42.
+TEST(TensorTypeQuant, Q4_KAndQ5_KErrorBound) {
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K}) {
+    SCOPED_TRACE(tensor_type_name(type));
+    for (const auto& x : test_rows()) {
+      const auto y = round_trip(type, x);
+      for (size_t b = 0; b < x.size(); b += 256) {
+        const double amax = block_amax(x, b, 256);
+        const double rounding = type == TensorType::kQ4_K ? amax / 15 : std::max(amax / 31 + amax / 3906, amax / 42);
+        const double bound = rounding + amax / 945 + amax * kSlop;
+        for (size_t j = b; j < b + 256; ++j) ASSERT_LE(std::fabs(y[j] - x[j]), bound) << j;
+      }
     }
   }
 }
@@ -377,20 +410,22 @@ TEST(TensorTypeQuant, Q6_KErrorBound) {
 TEST(TensorTypeQuant, KQuantsKeepSmallSubBlocksAccurate) {
   std::vector<float> x(256);
   for (int i = 0; i < 256; ++i) x[i] = (i < 32 ? 1.0f : 0.125f) * std::sin(0.37f * i);
-  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ6_K}) {
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
     SCOPED_TRACE(tensor_type_name(type));
     const auto y = round_trip(type, x);
     double small_err = 0;
     for (int i = 32; i < 256; ++i) small_err = std::max(small_err, double(std::fabs(y[i] - x[i])));
     // Per-sub-block bounds with amax 0.125 (plus one super-block scale step, 1/63 of amax 1).
-    const double bound = type == TensorType::kQ4_K ? 0.125 / 15 + 1.0 / 63 : 0.125 / 62 + 1.0 / 127;
+    const double bound = type == TensorType::kQ4_K   ? 0.125 / 15 + 1.0 / 63
+                         : type == TensorType::kQ5_K ? 0.125 / 31 + 1.0 / 63
+                                                     : 0.125 / 62 + 1.0 / 127;
     EXPECT_LE(small_err, bound);
   }
 }
 
 TEST(TensorTypeQuant, ZerosStayZeroAndRepresentableValuesAreExact) {
-  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1,
-                          TensorType::kQ4_K, TensorType::kQ6_K}) {
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ5_0,
+                          TensorType::kQ5_1, TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
     SCOPED_TRACE(tensor_type_name(type));
     const std::vector<float> zeros(256, 0.0f);
     for (float v : round_trip(type, zeros)) ASSERT_EQ(v, 0.0f);
@@ -462,8 +497,8 @@ TEST(TensorTypeQuant, PlainTypesAreIdentityOnRepresentableValues) {
 TEST(TensorTypeDequant, RefusesTypesItCannotDequantize) {
   const std::vector<uint8_t> src(4096, 0);
   std::vector<float> dst(256, 42.0f);
-  for (TensorType type : {TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ8_1, TensorType::kQ2_K,
-                          TensorType::kQ3_K, TensorType::kQ5_K, TensorType::kQ8_K, TensorType::kI8,
+  for (TensorType type : {TensorType::kQ8_1, TensorType::kQ2_K,
+                          TensorType::kQ3_K, TensorType::kQ8_K, TensorType::kI8,
                           TensorType::kI32, TensorType::kF64, static_cast<TensorType>(4),
                           static_cast<TensorType>(99)}) {
     const Status s = dequantize_row(type, src.data(), dst.data(), 256);
@@ -478,7 +513,8 @@ TEST(TensorTypeDequant, RefusesPartialBlocks) {
   std::vector<float> dst(512, 42.0f);
   const std::pair<TensorType, int64_t> cases[] = {
       {TensorType::kQ8_0, 33}, {TensorType::kQ4_0, 16}, {TensorType::kQ4_1, 31},
-      {TensorType::kQ4_K, 255}, {TensorType::kQ4_K, 32}, {TensorType::kQ6_K, 257}};
+      {TensorType::kQ5_0, 48}, {TensorType::kQ5_1, 40}, {TensorType::kQ4_K, 255},
+      {TensorType::kQ4_K, 32}, {TensorType::kQ5_K, 300}, {TensorType::kQ6_K, 257}};
   for (const auto& [type, n] : cases) {
     const Status s = dequantize_row(type, src.data(), dst.data(), n);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << tensor_type_name(type) << " n=" << n;
@@ -490,7 +526,7 @@ TEST(TensorTypeDequant, RefusesPartialBlocks) {
 TEST(TensorTypeQuant, QuantizeRefusesUnsupportedTypesAndPartialBlocks) {
   std::vector<float> src(256, 1.0f);
   std::vector<uint8_t> dst(4096, 0xAB);
-  EXPECT_EQ(quantize_row(TensorType::kQ5_0, src.data(), dst.data(), 256).code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(quantize_row(TensorType::kQ2_K, src.data(), dst.data(), 256).code(), StatusCode::kUnimplemented);
   EXPECT_EQ(quantize_row(TensorType::kQ8_K, src.data(), dst.data(), 256).code(), StatusCode::kUnimplemented);
   EXPECT_EQ(quantize_row(static_cast<TensorType>(99), src.data(), dst.data(), 256).code(),
             StatusCode::kInvalidArgument);

@@ -1,5 +1,7 @@
 // Quantized matmul against the same product computed in double from the dequantized weights and
-// the dequantized 8-bit activations: they may differ only by float rounding.
+// the dequantized 8-bit activations: they may differ only by float rounding. And for every type:
+// the vector code this build runs gives the scalar reference's bits, and a row's result does not
+// depend on how many rows are multiplied with it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,11 +19,51 @@ struct Case {
   TensorType activation;  // the 8-bit format the activations are rounded to
 };
 
+std::string case_name(const ::testing::TestParamInfo<Case>& info) { return tensor_type_name(info.param.weight); }
+
+const auto kCases = ::testing::Values(
+    Case{TensorType::kQ8_0, TensorType::kQ8_0}, Case{TensorType::kQ4_0, TensorType::kQ8_0},
+    Case{TensorType::kQ4_1, TensorType::kQ8_1}, Case{TensorType::kQ5_0, TensorType::kQ8_0},
+    Case{TensorType::kQ5_1, TensorType::kQ8_1}, Case{TensorType::kQ4_K, TensorType::kQ8_K},
+    Case{TensorType::kQ5_K, TensorType::kQ8_K}, Case{TensorType::kQ6_K, TensorType::kQ8_K});
+
+// The activation row r dequantized: Q8_0 and Q8_1 blocks hold an fp16 scale (and Q8_1 an fp16
+// block sum) before 32 values; Q8_K holds a float scale, 256 values and 16 int16 sums.
+std::vector<float> dequantized_activations(TensorType act, const uint8_t* row, int n_in) {
+  std::vector<float> xd(n_in);
+  if (act == TensorType::kQ8_K) {
+    for (int b = 0; b < n_in / 256; ++b) {
+      const uint8_t* blk = row + b * 292;
+      float d;
+      std::memcpy(&d, blk, 4);
+      const auto* qs = reinterpret_cast<const int8_t*>(blk + 4);
+      for (int j = 0; j < 256; ++j) xd[b * 256 + j] = d * qs[j];
+      for (int g = 0; g < 16; ++g) {  // the 16-value sums are the values' sums
+        int16_t bsum;
+        std::memcpy(&bsum, blk + 260 + 2 * g, 2);
+        int sum = 0;
+        for (int j = 0; j < 16; ++j) sum += qs[16 * g + j];
+        EXPECT_EQ(bsum, sum);
+      }
+    }
+    return xd;
+  }
+  const int block_bytes = act == TensorType::kQ8_1 ? 36 : 34;
+  for (int b = 0; b < n_in / 32; ++b) {
+    uint16_t d;
+    std::memcpy(&d, row + b * block_bytes, 2);
+    const auto* qs = reinterpret_cast<const int8_t*>(row + b * block_bytes + block_bytes - 32);
+    for (int j = 0; j < 32; ++j) xd[b * 32 + j] = fp16_to_fp32(d) * qs[j];
+  }
+  return xd;
+}
+
 class QuantMatmul : public ::testing::TestWithParam<Case> {};
 
 TEST_P(QuantMatmul, EqualsTheDequantizedProduct) {
   const Case c = GetParam();
-  const int32_t n_in = 96, n_out = 7, n_rows = 3;
+  const bool k_quant = c.activation == TensorType::kQ8_K;
+  const int32_t n_in = k_quant ? 512 : 96, n_out = 7, n_rows = 3;
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> w(n_out * n_in), x(n_rows * n_in);
@@ -39,21 +81,16 @@ TEST_P(QuantMatmul, EqualsTheDequantizedProduct) {
   std::vector<float> y(n_rows * n_out, NAN);
   kernels::ref_matmul_quantized(type, wq.data(), xq.data(), n_rows, n_in, n_out, 0, n_out, y.data());
 
+  const int block = k_quant ? 256 : 32;
   for (int r = 0; r < n_rows; ++r) {
-    // Q8_1 is laid out as Q8_0 with one more fp16 (the block sum) after the scale.
-    std::vector<float> xd(n_in);
     const uint8_t* row = xq.data() + r * x_row;
-    const int block_bytes = c.activation == TensorType::kQ8_1 ? 36 : 34;
-    for (int b = 0; b < n_in / 32; ++b) {
-      uint16_t d;
-      std::memcpy(&d, row + b * block_bytes, 2);
-      const auto* qs = reinterpret_cast<const int8_t*>(row + b * block_bytes + block_bytes - 32);
-      for (int j = 0; j < 32; ++j) xd[b * 32 + j] = fp16_to_fp32(d) * qs[j];
-      // The rounded activations are close to the originals (half a step of amax/127).
-      for (int j = 0; j < 32; ++j) {
-        float amax = 0;
-        for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(x[r * n_in + b * 32 + k]));
-        EXPECT_NEAR(xd[b * 32 + j], x[r * n_in + b * 32 + j], amax / 127 * 0.51f + 1e-3f * amax);
+    const std::vector<float> xd = dequantized_activations(c.activation, row, n_in);
+    // The rounded activations are close to the originals (half a step of amax/127).
+    for (int b = 0; b < n_in / block; ++b) {
+      float amax = 0;
+      for (int k = 0; k < block; ++k) amax = std::max(amax, std::fabs(x[r * n_in + b * block + k]));
+      for (int j = b * block; j < (b + 1) * block; ++j) {
+        EXPECT_NEAR(xd[j], x[r * n_in + j], amax / 127 * 0.51f + 1e-3f * amax) << j;
       }
     }
     for (int o = 0; o < n_out; ++o) {
@@ -64,28 +101,104 @@ TEST_P(QuantMatmul, EqualsTheDequantizedProduct) {
         expected += static_cast<double>(wd[i]) * xd[i];
         magnitude += std::fabs(static_cast<double>(wd[i]) * xd[i]);
       }
-      if (c.weight == TensorType::kQ4_1) {
-        // Q4_1's minimum multiplies the activation block sum as stored: s = fp16(d·Σq).
+      if (c.activation == TensorType::kQ8_1) {
+        // The minimum of Q4_1/Q5_1 multiplies the activation block sum as stored: s = fp16(d·Σq).
+        const int w_block = static_cast<int>(tensor_row_bytes(c.weight, 32));
         for (int b = 0; b < n_in / 32; ++b) {
           uint16_t m, s;
-          std::memcpy(&m, &wq[o * w_row + b * 20 + 2], 2);
+          std::memcpy(&m, &wq[o * w_row + b * w_block + 2], 2);
           std::memcpy(&s, row + b * 36 + 2, 2);
           double block_sum = 0;
           for (int j = 0; j < 32; ++j) block_sum += xd[b * 32 + j];
           expected += fp16_to_fp32(m) * (fp16_to_fp32(s) - block_sum);
         }
       }
+      // K-quants take their minimums through the exact integer sums (bsums): no such term.
       EXPECT_NEAR(y[r * n_out + o], expected, 1e-5 * magnitude + 1e-3)
           << tensor_type_name(c.weight) << " row " << r << " out " << o;
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, QuantMatmul,
-                         ::testing::Values(Case{TensorType::kQ8_0, TensorType::kQ8_0},
-                                           Case{TensorType::kQ4_0, TensorType::kQ8_0},
-                                           Case{TensorType::kQ4_1, TensorType::kQ8_1}),
-                         [](const auto& info) { return std::string(tensor_type_name(info.param.weight)); });
+// Random weight blocks: any bits, with every fp16 scale set to a sane value (as real files have),
+// so that every code path (all 4-, 5- and 6-bit values, signed Q6_K scales, both halves of the
+// packed scales) is exercised.
+std::vector<uint8_t> random_weights(TensorType type, int n_out, int n_in, std::mt19937& rng) {
+  const int64_t row = tensor_row_bytes(type, n_in);
+  std::vector<uint8_t> w(static_cast<size_t>(row * n_out));
+  for (auto& b : w) b = static_cast<uint8_t>(rng());
+  const auto traits = *tensor_type_traits(static_cast<uint32_t>(type));
+  std::vector<int> scale_offsets;
+  switch (type) {
+    case TensorType::kQ4_1: case TensorType::kQ5_1: case TensorType::kQ4_K: case TensorType::kQ5_K:
+      scale_offsets = {0, 2}; break;
+    case TensorType::kQ6_K: scale_offsets = {208}; break;
+    default: scale_offsets = {0}; break;
+  }
+  std::uniform_real_distribution<float> mag(-6.0f, -1.5f);
+  for (size_t b = 0; b < w.size(); b += traits.block_bytes) {
+    for (int off : scale_offsets) {
+      const uint16_t h = fp32_to_fp16((rng() % 2 ? 1.0f : -1.0f) * std::exp(mag(rng)));
+      std::memcpy(&w[b + off], &h, 2);
+    }
+  }
+  return w;
+}
+
+TEST_P(QuantMatmul, VectorCodeGivesTheScalarReferenceBitsForEveryBatchShape) {
+  const Case c = GetParam();
+  const auto type = static_cast<uint32_t>(c.weight);
+  const bool k_quant = c.activation == TensorType::kQ8_K;
+  const int32_t n_in = k_quant ? 768 : 160, n_out = 13, n_rows = 9;
+  std::mt19937 rng(17);
+  const std::vector<uint8_t> wq = random_weights(c.weight, n_out, n_in, rng);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n_rows * n_in);
+  for (auto& v : x) v = normal(rng);
+  for (int r = 0; r < n_rows; ++r) x[r * n_in + 7 * r] = 25.0f;  // outliers
+  std::fill(x.begin() + 2 * n_in, x.begin() + 2 * n_in + 256, 0.0f);  // a zero block
+  const int64_t x_row = kernels::ref_activation_row_bytes(type, n_in);
+  std::vector<uint8_t> xq(n_rows * x_row);
+  kernels::ref_quantize_activations(type, x.data(), n_rows, n_in, xq.data());
+
+  std::vector<float> scalar(n_rows * n_out, NAN), vector(n_rows * n_out, NAN);
+  kernels::ref_matmul_quantized_scalar(type, wq.data(), xq.data(), n_rows, n_in, n_out, 0, n_out, scalar.data());
+  // In two pieces of the output rows, as the thread pool splits them.
+  kernels::ref_matmul_quantized(type, wq.data(), xq.data(), n_rows, n_in, n_out, 0, 6, vector.data());
+  kernels::ref_matmul_quantized(type, wq.data(), xq.data(), n_rows, n_in, n_out, 6, n_out, vector.data());
+  for (int i = 0; i < n_rows * n_out; ++i) {
+    ASSERT_TRUE(std::isfinite(scalar[i])) << i;
+    ASSERT_EQ(std::memcmp(&scalar[i], &vector[i], 4), 0)
+        << tensor_type_name(c.weight) << " [" << i / n_out << ", " << i % n_out << "]: scalar " << scalar[i]
+        << ", vector " << vector[i] << (kernels::ref_matmul_quantized_is_vector() ? "" : " (no vector code)");
+  }
+  // Each row alone, and rows 1..n in one call, give the same bits as the whole batch.
+  for (int r = 0; r < n_rows; ++r) {
+    std::vector<float> alone(n_out, NAN);
+    kernels::ref_matmul_quantized(type, wq.data(), xq.data() + r * x_row, 1, n_in, n_out, 0, n_out, alone.data());
+    EXPECT_EQ(std::memcmp(alone.data(), &vector[r * n_out], n_out * 4), 0) << "row " << r;
+  }
+  std::vector<float> tail((n_rows - 1) * n_out, NAN);
+  kernels::ref_matmul_quantized(type, wq.data(), xq.data() + x_row, n_rows - 1, n_in, n_out, 0, n_out, tail.data());
+  EXPECT_EQ(std::memcmp(tail.data(), &vector[n_out], tail.size() * 4), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, QuantMatmul, kCases, case_name);
+
+TEST(QuantMatmul, TypesAndBlockSizes) {
+  for (TensorType t : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ5_0,
+                       TensorType::kQ5_1, TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
+    const auto id = static_cast<uint32_t>(t);
+    EXPECT_TRUE(kernels::ref_quantized_weight_type(id)) << tensor_type_name(t);
+    EXPECT_EQ(kernels::ref_quantized_block_values(id), tensor_type_traits(id)->block_elems) << tensor_type_name(t);
+  }
+  for (TensorType t : {TensorType::kF32, TensorType::kF16, TensorType::kQ8_1, TensorType::kQ2_K, TensorType::kQ8_K}) {
+    EXPECT_FALSE(kernels::ref_quantized_weight_type(static_cast<uint32_t>(t))) << tensor_type_name(t);
+  }
+  EXPECT_EQ(kernels::ref_activation_row_bytes(kernels::kWeightQ4_K, 512), 2 * 292);
+  EXPECT_EQ(kernels::ref_activation_row_bytes(kernels::kWeightQ5_1, 64), 2 * 36);
+  EXPECT_EQ(kernels::ref_activation_row_bytes(kernels::kWeightQ5_0, 64), 2 * 34);
+}
 
 }  // namespace
 }  // namespace helios
