@@ -159,8 +159,11 @@ class BenchE2ETest(unittest.TestCase):
             self.assertTrue(rep["runs"][0]["cut_by_deadline"])
             self.assertEqual(s["planned"], 40)
             self.assertGreater(s["not_sent"], 0)
-            self.assertEqual(s["cancelled"], 4)
-            self.assertGreaterEqual(s["failed"], 4)
+            # The streams open at the cut are cancelled: up to the 4 slots (a slot may be between
+            # two requests at that instant on a loaded machine).
+            self.assertGreaterEqual(s["cancelled"], 1)
+            self.assertLessEqual(s["cancelled"], 4)
+            self.assertGreaterEqual(s["failed"], s["cancelled"])
             self.assertLess(s["duration_s"], 3.0)
             self.assertFalse(rep["targets"][0]["managed"])
             self.assertFalse(list(out.glob("*.png")))
