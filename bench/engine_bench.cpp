@@ -319,8 +319,11 @@ DecodeBytes decode_bytes(const helios::Model& model, int n_prompt_tokens, int n_
   const helios::ModelConfig& c = model.config();
   const helios::ModelWeights& w = model.weights();
   DecodeBytes b;
-  const int64_t row_bytes = int64_t{c.n_embd} * sizeof(float);
-  b.weights = w.n_bytes - static_cast<int64_t>(w.tok_embd.size() * sizeof(float)) + row_bytes;
+  // A token reads one row of the embedding table, unless the table is also the LM head.
+  const bool shared = w.output.view.data == w.tok_embd.view.data;
+  const int64_t table = shared ? 0 : static_cast<int64_t>(w.tok_embd.storage.size() * sizeof(float));
+  const int64_t row_bytes = shared ? 0 : helios::tensor_row_bytes(w.tok_embd.view.type, c.n_embd);
+  b.weights = w.n_bytes - table + row_bytes;
   b.mean_context_tokens = n_prompt_tokens + (n_decode_tokens + 1) / 2.0;
   b.kv = static_cast<int64_t>(2.0 * c.n_layer * c.kv_dim() * sizeof(float) * b.mean_context_tokens);
   return b;

@@ -68,6 +68,14 @@ class Backend {
   // size the KV cache); 0 when the backend has no memory of its own (the CPU), i.e. size from
   // physical memory instead.
   virtual size_t free_device_bytes() const { return 0; }
+  // Embedding-table types embedding_rows() gathers from as they are (the default: F32 only); the
+  // loader turns a table of another type into F32.
+  virtual bool supports_embedding_type(TensorType type) const { return type == TensorType::kF32; }
+  // out[t] = row host_tokens[t] of `table` ([n_vocab, dim] = [table.n_out, table.n_in], F32 or a
+  // type supports_embedding_type takes) as f32: a quantized table is dequantized row by row. The
+  // default gathers F32 tables with embedding().  out: [n_tokens, table.n_in]
+  virtual void embedding_rows(const int32_t* host_tokens, int32_t n_tokens, const WeightMatrix& table,
+                              float* out);
   // x += y, then out = rmsnorm(x) · weight, as kernels::ref_add_rmsnorm.
   virtual void add_rmsnorm(float* x, const float* y, const float* weight, int32_t n_rows,
                            int32_t dim, float eps, float* out);

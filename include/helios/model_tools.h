@@ -27,6 +27,9 @@ struct SyntheticModelSpec {
   bool rope_halves = false;   // write helios.rope.layout = "halves"
   bool tied_output = true;
   TensorType type = TensorType::kF32;  // matrices; norms are always F32
+  // Q4_K_M-like (with type Q4_K): Q6_K for the LM head, and for attn_v and ffn_down in the layers
+  // llama.cpp's Q4_K_M gives more bits (the first and last eighth, every third one between).
+  bool q4_k_m = false;
   uint64_t seed = 1;
   std::string name = "synthetic";
 

@@ -1,5 +1,5 @@
-// Named model weights, checked against the shapes the config implies and uploaded to a backend
-// (dequantized to f32, the compute type of the current backends).
+// Named model weights, checked against the shapes the config implies and uploaded to a backend:
+// quantized matrices in their own type where the backend computes with it, else f32.
 #pragma once
 
 #include <functional>
@@ -33,9 +33,11 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
-  Buffer tok_embd;     // [n_vocab, n_embd] f32, for the embedding lookup
+  Matrix tok_embd;     // [n_vocab, n_embd] for the embedding lookup (Backend::embedding_rows):
+                       // the file's type where the backend gathers from it, else f32
   Buffer output_norm;  // [n_embd]
-  Matrix output;       // [n_vocab, n_embd] LM head (token_embd.weight again when tied)
+  Matrix output;       // [n_vocab, n_embd] LM head; when tied, token_embd.weight again — the same
+                       // memory as tok_embd (empty storage) when both keep the same type
   std::vector<LayerWeights> layers;
   int64_t n_params = 0;
   int64_t n_bytes = 0;  // backend memory the weights occupy

@@ -15,6 +15,11 @@ void Backend::add_rmsnorm(float* x, const float* y, const float* weight, int32_t
   rmsnorm(x, weight, n_rows, dim, eps, out);
 }
 
+void Backend::embedding_rows(const int32_t* host_tokens, int32_t n_tokens, const WeightMatrix& table,
+                             float* out) {
+  embedding(host_tokens, n_tokens, static_cast<const float*>(table.data), table.n_in, out);
+}
+
 void Backend::exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* host_top1,
                          float* host_top1_prob, float* host_margin, float* host_entropy) {
   std::vector<float> host(static_cast<size_t>(n_rows) * n_vocab);

@@ -48,7 +48,10 @@ int cmd_make_synthetic(int argc, char** argv) {
       .option("ffn", "N", "feed-forward size")
       .option("vocab", "N", "vocabulary size (>= 259)")
       .option("ctx", "N", "context length")
-      .option("type", "T", "matrix type: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K", "F16")
+      .option("type", "T",
+              "matrix type: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, or Q4_K_M\n"
+              "(Q4_K with Q6_K for the LM head and some attn_v/ffn_down, as llama.cpp's Q4_K_M)",
+              "F16")
       .option("seed", "S", "random seed", "1")
       .option("untied", "", "write a separate LM head instead of sharing the embedding")
       .option("rope-halves", "", "use the (i, i + d/2) RoPE pairing instead of interleaved pairs")
@@ -88,7 +91,8 @@ int cmd_make_synthetic(int argc, char** argv) {
     HELIOS_RETURN_IF_ERROR(override_int("ctx", &spec.n_ctx));
     HELIOS_ASSIGN_OR_RETURN(int64_t seed, args.integer("seed"));
     spec.seed = static_cast<uint64_t>(seed);
-    auto type = tensor_type_from_name(args.str("type"));
+    spec.q4_k_m = args.str("type") == "Q4_K_M" || args.str("type") == "q4_k_m";
+    auto type = spec.q4_k_m ? TensorType::kQ4_K : tensor_type_from_name(args.str("type"));
     if (!type) return invalid_argument("unknown --type '" + args.str("type") + "'");
     spec.type = *type;
     spec.tied_output = !args.has("untied");

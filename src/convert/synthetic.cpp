@@ -29,6 +29,7 @@ Status SyntheticModelSpec::validate() const {
   if ((n_embd / n_head) % 2 != 0) return invalid_argument("head size (embedding / heads) must be even");
   auto traits = tensor_type_traits(static_cast<uint32_t>(type));
   if (!traits || !traits->can_dequantize) return invalid_argument("unsupported tensor type");
+  if (q4_k_m && type != TensorType::kQ4_K) return invalid_argument("the Q4_K_M mix is for type Q4_K");
   const int64_t b = traits->block_elems;
   if (n_embd % b != 0 || n_ff % b != 0) {
     return invalid_argument(std::string(traits->name) + " needs embedding and ffn sizes that are multiples of " +
@@ -87,9 +88,22 @@ Status make_synthetic_model(const SyntheticModelSpec& s, const std::string& out_
   int n_added = 0;
   int n_total = 0;
   int n_written = 0;
+  // llama.cpp's use_more_bits(layer, n_layer) for Q4_K_M.
+  auto more_bits = [&](int32_t l) {
+    return l < s.n_layer / 8 || l >= 7 * s.n_layer / 8 || (l - s.n_layer / 8) % 3 == 2;
+  };
+  auto matrix_type = [&](const std::string& name) {
+    if (!s.q4_k_m) return s.type;
+    const bool head = name == "output.weight" || (name == "token_embd.weight" && s.tied_output);
+    if (head) return TensorType::kQ6_K;
+    for (const char* part : {".attn_v.", ".ffn_down."}) {
+      if (name.find(part) != std::string::npos && more_bits(std::stoi(name.substr(4)))) return TensorType::kQ6_K;
+    }
+    return s.type;
+  };
   auto add = [&](const std::string& name, int64_t cols, int64_t rows) -> Status {
     const bool is_norm = rows == 0;
-    const TensorType type = is_norm ? TensorType::kF32 : s.type;
+    const TensorType type = is_norm ? TensorType::kF32 : matrix_type(name);
     const uint64_t stream = s.seed * 1000003ULL + static_cast<uint64_t>(n_added++);
     const std::vector<int64_t> dims = is_norm ? std::vector<int64_t>{cols} : std::vector<int64_t>{cols, rows};
     ++n_total;

@@ -162,7 +162,7 @@ StatusOr<ForwardResult> Model::forward(const ForwardBatch& batch, KvCacheStorage
   if (batch.hidden_in) {
     backend_.upload(ws.x.data(), batch.hidden_in, static_cast<size_t>(n) * c.n_embd);
   } else {
-    backend_.embedding(ws.tokens.data(), n, weights_.tok_embd.data(), c.n_embd, ws.x.data());
+    backend_.embedding_rows(ws.tokens.data(), n, weights_.tok_embd.view, ws.x.data());
   }
 
   for (int32_t l = batch.first_layer; l < p.end_layer; ++l) {

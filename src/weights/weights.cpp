@@ -1,5 +1,6 @@
 // GGUF tensors → backend buffers, with their shapes checked against the model config.
-// Matrices keep their quantized type where the backend multiplies with it; the rest is f32.
+// Matrices keep their quantized type where the backend multiplies with it, and the embedding
+// table where the backend gathers rows from it; the rest is f32.
 #include <cstring>
 #include <vector>
 #include <string>
@@ -62,13 +63,20 @@ StatusOr<Buffer> load_f32(const GgufFile& file, Backend& backend, const std::str
   return upload(backend, name, host.data(), host.size() * sizeof(float));
 }
 
-// A matrix [n_rows, n_cols]: its own bytes when the backend multiplies with its type, else F32.
+// The type a matrix of the file's type `type` gets in backend memory: its own when the backend
+// multiplies with it (or, for the embedding table, gathers rows from it), else F32.
+TensorType kept_type(const Backend& backend, TensorType type, bool embedding) {
+  const bool keep = embedding ? backend.supports_embedding_type(type) : backend.supports_weight_type(type);
+  return keep ? type : TensorType::kF32;
+}
+
+// A matrix [n_rows, n_cols] in kept_type: the file's bytes as they are, or dequantized.
 StatusOr<Matrix> load_matrix(const GgufFile& file, Backend& backend, const std::string& name,
-                             int64_t n_cols, int64_t n_rows) {
+                             int64_t n_cols, int64_t n_rows, bool embedding = false) {
   HELIOS_ASSIGN_OR_RETURN(const GgufTensorInfo* t, find_checked(file, name, n_cols, n_rows));
   Matrix m;
   m.view = {nullptr, t->type, static_cast<int32_t>(n_rows), static_cast<int32_t>(n_cols)};
-  if (backend.supports_weight_type(t->type)) {
+  if (kept_type(backend, t->type, embedding) == t->type) {
     HELIOS_ASSIGN_OR_RETURN(m.storage, upload(backend, name, t->data, t->n_bytes));
   } else {
     HELIOS_ASSIGN_OR_RETURN(m.storage, load_f32(file, backend, name, n_cols, n_rows));
@@ -119,12 +127,19 @@ StatusOr<ModelWeights> load_weights(const GgufFile& file, const ModelConfig& c, 
     if (m.ok()) count(m->storage, cols * rows);
     return m;
   };
-  HELIOS_ASSIGN_OR_RETURN(w.tok_embd, load_f32(file, backend, "token_embd.weight", c.n_embd, c.n_vocab));
-  count(w.tok_embd, int64_t{c.n_embd} * c.n_vocab);
+  HELIOS_ASSIGN_OR_RETURN(w.tok_embd, load_matrix(file, backend, "token_embd.weight", c.n_embd, c.n_vocab,
+                                                  /*embedding=*/true));
+  count(w.tok_embd.storage, int64_t{c.n_embd} * c.n_vocab);
   HELIOS_ASSIGN_OR_RETURN(w.output_norm, vec("output_norm.weight", c.n_embd));
   if (c.tied_output) {
-    HELIOS_ASSIGN_OR_RETURN(w.output, load_matrix(file, backend, "token_embd.weight", c.n_embd, c.n_vocab));
-    w.n_bytes += static_cast<int64_t>(w.output.storage.size() * sizeof(float));
+    // One copy of the table when the LM head multiplies with the type the embedding keeps.
+    const TensorType file_type = file.find_tensor("token_embd.weight")->type;
+    if (kept_type(backend, file_type, false) == w.tok_embd.view.type) {
+      w.output.view = w.tok_embd.view;
+    } else {
+      HELIOS_ASSIGN_OR_RETURN(w.output, load_matrix(file, backend, "token_embd.weight", c.n_embd, c.n_vocab));
+      w.n_bytes += static_cast<int64_t>(w.output.storage.size() * sizeof(float));
+    }
     if (progress) progress(++n_done, n_total);
   } else {
     HELIOS_ASSIGN_OR_RETURN(w.output, mat("output.weight", c.n_embd, c.n_vocab));

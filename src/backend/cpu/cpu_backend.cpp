@@ -1,5 +1,5 @@
-// The CPU backend: the reference kernels, with BLAS for matrix products and a thread pool for
-// attention.
+// The CPU backend: the reference kernels, with BLAS for f32 matrix products, llama.cpp-style
+// integer kernels for quantized ones, and a thread pool for matmuls and attention.
 #include <cblas.h>
 
 #include <cstdint>
@@ -42,9 +42,25 @@ class CpuBackend final : public Backend {
                float* out) override {
     kernels::ref_rmsnorm(x, w, n_rows, dim, eps, out);
   }
+  // F32 through BLAS; Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K as they are, with
+  // llama.cpp's arithmetic (kernels/ref/quant_matmul*.cpp).
   bool supports_weight_type(TensorType type) const override {
-    return type == TensorType::kF32 || type == TensorType::kQ8_0 || type == TensorType::kQ4_0 ||
-           type == TensorType::kQ4_1;
+    return type == TensorType::kF32 || kernels::ref_quantized_weight_type(static_cast<uint32_t>(type));
+  }
+  // Embedding tables stay in the file's type too: a token's row is dequantized when it is looked up.
+  bool supports_embedding_type(TensorType type) const override { return supports_weight_type(type); }
+  void embedding_rows(const int32_t* tokens, int32_t n_tokens, const WeightMatrix& table, float* out) override {
+    if (table.type == TensorType::kF32) {
+      kernels::ref_embedding(tokens, n_tokens, static_cast<const float*>(table.data), table.n_in, out);
+      return;
+    }
+    const int64_t row_bytes = tensor_row_bytes(table.type, table.n_in);
+    const auto* rows = static_cast<const uint8_t*>(table.data);
+    for (int32_t t = 0; t < n_tokens; ++t) {
+      // The table's type and row length were checked when it was loaded.
+      (void)dequantize_row(table.type, rows + tokens[t] * row_bytes, out + static_cast<int64_t>(t) * table.n_in,
+                           table.n_in);
+    }
   }
   void matmul(const float* x, const WeightMatrix& w, int32_t n_rows, float* y) override {
     const auto type = static_cast<uint32_t>(w.type);

@@ -16,13 +16,14 @@ namespace helios {
 namespace {
 
 std::string synthetic_model(const std::string& name, bool rope_halves, int n_head_kv,
-                            bool untied, TensorType type = TensorType::kF32) {
+                            bool untied, TensorType type = TensorType::kF32, int n_embd = 64,
+                            int n_ff = 96) {
   SyntheticModelSpec s;
   s.n_layer = 3;
-  s.n_embd = 64;
+  s.n_embd = n_embd;
   s.n_head = 4;
   s.n_head_kv = n_head_kv;
-  s.n_ff = 96;
+  s.n_ff = n_ff;
   s.n_vocab = 300;
   s.rope_halves = rope_halves;
   s.tied_output = !untied;
@@ -236,9 +237,14 @@ TEST(Forward, MixedBatchEqualsEachSequenceAlone) {
 // a matmul is quantized and summed alone in a fixed order, so one token at a time, chunks and one
 // pass give bit-identical logits. F32 weights go through BLAS (sgemv for one row, sgemm for
 // several), which may round differently: there the tests above allow float rounding.
+bool is_k_quant(TensorType type) { return tensor_type_traits(static_cast<uint32_t>(type))->block_elems == 256; }
+
 TEST(Forward, QuantizedWeightsGiveBitIdenticalLogitsWhateverTheBatchShape) {
-  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1}) {
-    Fixture f(synthetic_model(std::string("invariant-") + tensor_type_name(type), false, 2, true, type));
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1,
+                          TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
+    // K-quant rows are whole super-blocks of 256 values.
+    const int n_embd = is_k_quant(type) ? 256 : 64, n_ff = is_k_quant(type) ? 512 : 96;
+    Fixture f(synthetic_model(std::string("invariant-") + tensor_type_name(type), false, 2, true, type, n_embd, n_ff));
     BlockTable a, b, c;
     const auto whole = f.run(kTokens, a, {kTokens.size()});
     std::vector<size_t> one_by_one;
@@ -246,6 +252,63 @@ TEST(Forward, QuantizedWeightsGiveBitIdenticalLogitsWhateverTheBatchShape) {
     EXPECT_EQ(f.run(kTokens, b, one_by_one), whole) << tensor_type_name(type);
     EXPECT_EQ(f.run(kTokens, c, {3, 4, 9, kTokens.size()}), whole) << tensor_type_name(type);
   }
+}
+
+// A quantized embedding table stays in the file's type, shared with a tied LM head (one copy):
+// the lookup dequantizes each token's row, to exactly the floats dequantize_row gives.
+TEST(ModelLoad, QuantizedEmbeddingTableIsKeptOnceAndGatheredRowByRow) {
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ5_1, TensorType::kQ4_K, TensorType::kQ6_K}) {
+    SCOPED_TRACE(tensor_type_name(type));
+    const std::string path = synthetic_model(std::string("embd-") + tensor_type_name(type), false, 2,
+                                             /*untied=*/false, type, 256, 512);
+    Fixture f(path);
+    const ModelWeights& w = f.model->weights();
+    EXPECT_EQ(w.tok_embd.view.type, type);
+    EXPECT_EQ(w.output.view.data, w.tok_embd.view.data);
+    EXPECT_EQ(w.output.view.type, type);
+    EXPECT_TRUE(w.output.storage.empty());
+    auto file = GgufFile::open(path);
+    const GgufTensorInfo* t = (*file)->find_tensor("token_embd.weight");
+    const int64_t row_bytes = tensor_row_bytes(type, 256);
+    const std::vector<int32_t> tokens = {0, 299, 7, 7};
+    std::vector<float> got(tokens.size() * 256, NAN), want(tokens.size() * 256);
+    f.backend->embedding_rows(tokens.data(), static_cast<int32_t>(tokens.size()), w.tok_embd.view, got.data());
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      ASSERT_TRUE(dequantize_row(type, t->data + tokens[i] * row_bytes, want.data() + i * 256, 256).ok());
+    }
+    EXPECT_EQ(got, want);
+    BlockTable table;
+    const auto logits = f.run(kTokens, table, {kTokens.size()});
+    for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+  }
+}
+
+// A Q4_K_M-like file mixes Q4_K and Q6_K; each matrix is multiplied in its own type, and the
+// logits stay independent of the batch shape.
+TEST(ModelLoad, Q4_KMMixKeepsEachMatrixInItsOwnType) {
+  SyntheticModelSpec s;
+  s.n_layer = 3;  // layer 2 is in the last eighth: its attn_v and ffn_down get Q6_K
+  s.n_embd = 256;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.n_ff = 512;
+  s.n_vocab = 300;
+  s.type = TensorType::kQ4_K;
+  s.q4_k_m = true;
+  const std::string path = testing::temp_dir() + "/q4_k_m.gguf";
+  ASSERT_TRUE(make_synthetic_model(s, path).ok());
+  Fixture f(path);
+  const ModelWeights& w = f.model->weights();
+  EXPECT_EQ(w.tok_embd.view.type, TensorType::kQ6_K);  // tied: the LM head's type
+  EXPECT_EQ(w.output.view.data, w.tok_embd.view.data);
+  EXPECT_EQ(w.layers[0].wv.view.type, TensorType::kQ4_K);
+  EXPECT_EQ(w.layers[1].w_down.view.type, TensorType::kQ4_K);
+  EXPECT_EQ(w.layers[2].wv.view.type, TensorType::kQ6_K);
+  EXPECT_EQ(w.layers[2].w_down.view.type, TensorType::kQ6_K);
+  EXPECT_EQ(w.layers[2].wq.view.type, TensorType::kQ4_K);
+  BlockTable a, b;
+  const auto whole = f.run(kTokens, a, {kTokens.size()});
+  EXPECT_EQ(f.run(kTokens, b, {1, 2, 6, kTokens.size()}), whole);
 }
 
 TEST(Forward, RefusesMalformedBatches) {
