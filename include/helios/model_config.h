@@ -17,7 +17,7 @@ enum class RopeLayout {
 };
 
 struct ModelConfig {
-  std::string architecture;  // "llama"
+  std::string architecture;  // "llama" or "qwen2"
   std::string name;          // general.name, for display
   int32_t n_layer = 0;       // transformer blocks
   int32_t n_embd = 0;        // hidden size
@@ -38,10 +38,12 @@ struct ModelConfig {
 };
 
 // The architectures Helios runs, for error messages.
-inline constexpr const char* kSupportedArchitectures = "llama (Llama 2/3, SmolLM/SmolLM2, Mistral-style)";
+inline constexpr const char* kSupportedArchitectures =
+    "llama (Llama 2/3, SmolLM/SmolLM2, Mistral-style), qwen2 (Qwen2, Qwen2.5, Qwen2.5-Coder)";
 
-// Reads `<arch>.*` keys; refuses other architectures and inconsistent shapes with a message that
-// names the key and value.
+// Reads `<arch>.*` keys (`qwen2` is `llama` with Q/K/V biases, which the weights carry, and
+// NeoX-style RoPE, as llama.cpp runs it); refuses other architectures and inconsistent shapes
+// with a message that names the key and value.
 StatusOr<ModelConfig> model_config_from_gguf(const GgufFile& file);
 
 }  // namespace helios

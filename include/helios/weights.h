@@ -25,6 +25,8 @@ struct LayerWeights {
   Matrix wq;         // [n_head * head_dim, n_embd]
   Matrix wk;         // [n_head_kv * head_dim, n_embd]
   Matrix wv;         // [n_head_kv * head_dim, n_embd]
+  Buffer bq, bk, bv; // [q_dim], [kv_dim], [kv_dim] biases added after the projections (qwen2);
+                     // empty when the file has none
   Matrix wo;         // [n_embd, n_head * head_dim]
   Buffer ffn_norm;   // [n_embd]
   Matrix w_gate;     // [n_ff, n_embd]

@@ -242,6 +242,12 @@ void Model::save_states_before_block(Pass& p) {
   backend_.embedding(all.data(), na, ws_->x.data(), config_.n_embd, ws_->prev.data());
 }
 
+// rows[r] += bias for each of n_rows rows of `dim`; nothing when the layer has no such bias.
+static void add_bias(Backend& be, const Buffer& bias, float* rows, int32_t n_rows, int32_t dim) {
+  if (bias.empty()) return;
+  for (int32_t r = 0; r < n_rows; ++r) be.add(rows + static_cast<int64_t>(r) * dim, bias.data(), dim);
+}
+
 void Model::run_block(Pass& p, int32_t l) {
   const ModelConfig& c = config_;
   Backend& be = backend_;
@@ -263,6 +269,9 @@ void Model::run_block(Pass& p, int32_t l) {
   if (na > 0) be.matmul(ws.xb.data(), w.wq.view, na, ws.q.data());
   be.matmul(ws.xb.data(), w.wk.view, nk, ws.k.data());
   be.matmul(ws.xb.data(), w.wv.view, nk, ws.v.data());
+  add_bias(be, w.bq, ws.q.data(), na, c.q_dim());  // qwen2; no-ops without biases
+  add_bias(be, w.bk, ws.k.data(), nk, c.kv_dim());
+  add_bias(be, w.bv, ws.v.data(), nk, c.kv_dim());
   if (na > 0) be.rope(ws.q.data(), p.a_pos.data(), na, c.n_head, c.head_dim, c.n_rot, c.rope_freq_base, interleaved);
   be.rope(ws.k.data(), p.kv_pos.data(), nk, c.n_head_kv, c.head_dim, c.n_rot, c.rope_freq_base, interleaved);
   be.kv_write(ws.k.data(), ws.v.data(), p.kv_slot.data(), nk, cache);

@@ -22,7 +22,7 @@ StatusOr<int32_t> get_positive(const GgufFile& f, const std::string& key, int64_
 StatusOr<ModelConfig> model_config_from_gguf(const GgufFile& f) {
   ModelConfig c;
   HELIOS_ASSIGN_OR_RETURN(c.architecture, f.get_string("general.architecture"));
-  if (c.architecture != "llama") {
+  if (c.architecture != "llama" && c.architecture != "qwen2") {
     return invalid_argument(f.path() + ": architecture '" + c.architecture +
                             "' is not supported; supported: " + kSupportedArchitectures);
   }
@@ -62,10 +62,14 @@ StatusOr<ModelConfig> model_config_from_gguf(const GgufFile& f) {
     if (!(eps > 0 && eps < 1)) return invalid_argument(f.path() + ": layer_norm_rms_epsilon must be in (0, 1)");
     c.rms_eps = static_cast<float>(eps);
   }
-  // `llama` GGUF files store Q/K already permuted for interleaved pairs; a file may say otherwise.
+  // `llama` GGUF files store Q/K already permuted for interleaved pairs; `qwen2` files keep the
+  // Hugging Face order, which llama.cpp rotates NeoX-style (pairs half a rotation apart). A file
+  // may say otherwise.
+  if (c.architecture == "qwen2") c.rope_layout = RopeLayout::kHalves;
   if (auto layout = f.get_string("helios.rope.layout"); layout.ok()) {
     if (*layout == "halves") c.rope_layout = RopeLayout::kHalves;
-    else if (*layout != "interleaved") {
+    else if (*layout == "interleaved") c.rope_layout = RopeLayout::kInterleaved;
+    else {
       return invalid_argument(f.path() + ": helios.rope.layout '" + *layout + "' (valid: interleaved, halves)");
     }
   }

@@ -2,8 +2,9 @@
 // Matrices keep their quantized type where the backend multiplies with it, and the embedding
 // table where the backend gathers rows from it; the rest is f32.
 #include <cstring>
-#include <vector>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "helios/gguf.h"
 #include "helios/weights.h"
@@ -110,7 +111,13 @@ StatusOr<ModelWeights> load_weights(const GgufFile& file, const ModelConfig& c, 
                                     int32_t n_layers, const LoadProgress& progress) {
   if (n_layers <= 0 || n_layers > c.n_layer) n_layers = c.n_layer;
   ModelWeights w;
-  const int n_total = 3 + 9 * n_layers;
+  const auto bias_name = [](int32_t l, const char* proj) {
+    return "blk." + std::to_string(l) + ".attn_" + proj + ".bias";
+  };
+  int n_total = 3 + 9 * n_layers;
+  for (int32_t l = 0; l < n_layers; ++l) {
+    for (const char* proj : {"q", "k", "v"}) n_total += file.find_tensor(bias_name(l, proj)) != nullptr;
+  }
   int n_done = 0;
   auto count = [&](const Buffer& b, int64_t n_params) {
     w.n_params += n_params;
@@ -151,6 +158,12 @@ StatusOr<ModelWeights> load_weights(const GgufFile& file, const ModelConfig& c, 
     HELIOS_ASSIGN_OR_RETURN(lw.wq, mat(p + "attn_q.weight", c.n_embd, c.q_dim()));
     HELIOS_ASSIGN_OR_RETURN(lw.wk, mat(p + "attn_k.weight", c.n_embd, c.kv_dim()));
     HELIOS_ASSIGN_OR_RETURN(lw.wv, mat(p + "attn_v.weight", c.n_embd, c.kv_dim()));
+    // Q/K/V biases where the file has them (qwen2 does; llama files may, as llama.cpp allows).
+    for (auto [proj, bias, n] : {std::tuple{"q", &lw.bq, c.q_dim()}, std::tuple{"k", &lw.bk, c.kv_dim()},
+                                 std::tuple{"v", &lw.bv, c.kv_dim()}}) {
+      if (!file.find_tensor(bias_name(l, proj))) continue;
+      HELIOS_ASSIGN_OR_RETURN(*bias, vec(bias_name(l, proj), n));
+    }
     HELIOS_ASSIGN_OR_RETURN(lw.wo, mat(p + "attn_output.weight", c.q_dim(), c.n_embd));
     HELIOS_ASSIGN_OR_RETURN(lw.ffn_norm, vec(p + "ffn_norm.weight", c.n_embd));
     HELIOS_ASSIGN_OR_RETURN(lw.w_gate, mat(p + "ffn_gate.weight", c.n_embd, c.n_ff));

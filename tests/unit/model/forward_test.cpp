@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -52,6 +53,13 @@ std::vector<float> dense_logits(const std::string& path, const std::vector<Token
       for (int i = 0; i < n_in; ++i) y[o] += w[static_cast<size_t>(o) * n_in + i] * x[i];
     return y;
   };
+  auto plus_bias = [&](std::vector<float> y, const std::string& name) {  // qwen2's Q/K/V biases
+    if ((*file)->find_tensor(name)) {
+      const auto b = tensor(name);
+      for (size_t i = 0; i < y.size(); ++i) y[i] += b[i];
+    }
+    return y;
+  };
   auto rmsnorm = [&](const std::vector<float>& x, const std::vector<float>& w) {
     double ss = 0;
     for (float v : x) ss += v * v;
@@ -85,9 +93,9 @@ std::vector<float> dense_logits(const std::string& path, const std::vector<Token
     std::vector<std::vector<float>> q, k, v;
     for (size_t t = 0; t < xs.size(); ++t) {
       const auto h = rmsnorm(xs[t], an);
-      q.push_back(matvec(wq, h, c.q_dim()));
-      k.push_back(matvec(wk, h, c.kv_dim()));
-      v.push_back(matvec(wv, h, c.kv_dim()));
+      q.push_back(plus_bias(matvec(wq, h, c.q_dim()), p + "attn_q.bias"));
+      k.push_back(plus_bias(matvec(wk, h, c.kv_dim()), p + "attn_k.bias"));
+      v.push_back(plus_bias(matvec(wv, h, c.kv_dim()), p + "attn_v.bias"));
       rope(q.back(), c.n_head, static_cast<int>(t));
       rope(k.back(), c.n_head_kv, static_cast<int>(t));
     }
@@ -178,6 +186,77 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ForwardVsDense,
                          ::testing::Values(std::make_tuple(false, 4, false),  // MHA, interleaved
                                            std::make_tuple(false, 2, true),   // GQA, untied head
                                            std::make_tuple(true, 1, false))); // MQA, halves
+
+// The synthetic model as a `qwen2` file: its keys under qwen2.*, no helios.rope.layout (qwen2
+// rotates NeoX-style by itself) and seeded Q/K/V biases, or zero ones.
+std::string as_qwen2(const std::string& llama_path, const std::string& name, float bias_scale) {
+  auto file = GgufFile::open(llama_path);
+  EXPECT_TRUE(file.ok());
+  GgufWriter w;
+  for (const std::string& key : (*file)->keys()) {
+    if (key == "helios.rope.layout") continue;
+    w.set_value(key.rfind("llama.", 0) == 0 ? "qwen2." + key.substr(6) : key, *(*file)->find(key));
+  }
+  w.set_string("general.architecture", "qwen2");
+  for (const GgufTensorInfo& t : (*file)->tensors()) {
+    EXPECT_TRUE(w.add_tensor(t.name, t.type, t.dims, std::vector<uint8_t>(t.data, t.data + t.n_bytes)).ok());
+  }
+  const ModelConfig c = *model_config_from_gguf(**file);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, bias_scale);
+  for (int l = 0; l < c.n_layer; ++l) {
+    for (const auto& [proj, n] : {std::pair{"q", c.q_dim()}, std::pair{"k", c.kv_dim()}, std::pair{"v", c.kv_dim()}}) {
+      std::vector<float> b(n);
+      for (float& x : b) x = bias_scale > 0 ? normal(rng) : 0.0f;
+      std::vector<uint8_t> bytes(b.size() * sizeof(float));
+      std::memcpy(bytes.data(), b.data(), bytes.size());
+      const std::string t = "blk." + std::to_string(l) + ".attn_" + proj + ".bias";
+      EXPECT_TRUE(w.add_tensor(t, TensorType::kF32, {n}, std::move(bytes)).ok());
+    }
+  }
+  const std::string path = testing::temp_dir() + "/" + name + ".gguf";
+  EXPECT_TRUE(w.write(path).ok());
+  return path;
+}
+
+TEST(Forward, Qwen2AddsItsBiasesAfterTheProjections) {
+  const std::string llama = synthetic_model("qwen-base", /*rope_halves=*/true, 2, /*untied=*/true);
+  const std::string qwen = as_qwen2(llama, "qwen2", 0.5f);
+  auto config = model_config_from_gguf(**GgufFile::open(qwen));
+  ASSERT_TRUE(config.ok()) << config.status().to_string();
+  EXPECT_EQ(config->architecture, "qwen2");
+  EXPECT_EQ(config->rope_layout, RopeLayout::kHalves);
+  EXPECT_EQ(config->n_head_kv, 2);
+  Fixture f(qwen);
+  BlockTable t1, t2;
+  const auto got = f.run(kTokens, t1, {kTokens.size()});
+  expect_close(got, dense_logits(qwen, kTokens), 2e-4f);
+  expect_close(f.run(kTokens, t2, {5, 6, kTokens.size()}), got, 1e-4f);  // chunks and decodes too
+  // Zero biases change nothing: the qwen2 file is then the llama one.
+  Fixture zero(as_qwen2(llama, "qwen2-zero", 0.0f)), base(llama);
+  BlockTable t3, t4;
+  expect_close(zero.run(kTokens, t3, {kTokens.size()}), base.run(kTokens, t4, {kTokens.size()}), 1e-5f);
+}
+
+TEST(ModelLoad, Qwen2BiasOfTheWrongShapeNamesTheTensor) {
+  const std::string llama = synthetic_model("qwen-bad-base", true, 2, true);
+  auto file = GgufFile::open(as_qwen2(llama, "qwen2-ok", 0.5f));
+  ASSERT_TRUE(file.ok());
+  GgufWriter w;
+  for (const std::string& key : (*file)->keys()) w.set_value(key, *(*file)->find(key));
+  for (const GgufTensorInfo& t : (*file)->tensors()) {
+    const bool bad = t.name == "blk.1.attn_k.bias";
+    const std::vector<int64_t> dims = bad ? std::vector<int64_t>{t.dims[0] / 2} : t.dims;
+    const size_t n_bytes = bad ? t.n_bytes / 2 : t.n_bytes;
+    ASSERT_TRUE(w.add_tensor(t.name, t.type, dims, std::vector<uint8_t>(t.data, t.data + n_bytes)).ok());
+  }
+  const std::string path = testing::temp_dir() + "/qwen2-bad.gguf";
+  ASSERT_TRUE(w.write(path).ok());
+  auto backend = make_cpu_backend(1);
+  auto m = Model::load(path, *backend);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("blk.1.attn_k.bias"), std::string::npos) << m.status().message();
+}
 
 TEST(Forward, ChunkedPrefillAndDecodeEqualOnePass) {
   Fixture f(synthetic_model("chunks", false, 2, false));
@@ -342,6 +421,7 @@ TEST(ModelLoad, RefusesOtherArchitecturesListingTheSupportedOnes) {
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("gemma3"), std::string::npos);
   EXPECT_NE(m.status().message().find("llama"), std::string::npos);
+  EXPECT_NE(m.status().message().find("qwen2"), std::string::npos);
 }
 
 TEST(ModelLoad, MissingFileIsNotFound) {
