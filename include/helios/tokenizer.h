@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "helios/status.h"
@@ -48,19 +49,19 @@ struct TokenizerSpec {
   bool add_eos = false;
   bool add_space_prefix = false;     // SentencePiece: prepend "▁" to the text
   bool ignore_merges = false;        // BPE: a pre-tokenized word that is a token skips merging
-  ChatTemplate chat = ChatTemplate::kNone;
+  std::string chat_template;         // tokenizer.chat_template as the file has it ("" if none)
+  ChatTemplate chat = ChatTemplate::kNone;  // the format its markers (or the vocabulary) point to
   std::string chat_default_system;   // system prompt the template adds when none is given
 };
 
-// Reads tokenizer.ggml.* (and the chat template, recognised by its markers: a template string is
-// never executed). Unsupported tokenizer models or pre-tokenizers are INVALID_ARGUMENT naming the
-// value and listing the supported ones.
+// Reads tokenizer.ggml.* and tokenizer.chat_template (kept as text for the chat module, which
+// runs it; `chat` is the format recognised from its markers, the fallback when it cannot run).
+// Unsupported tokenizer models or pre-tokenizers are INVALID_ARGUMENT naming the value and listing
+// the supported ones.
 StatusOr<TokenizerSpec> tokenizer_spec_from_gguf(const GgufFile& file);
 
-struct ChatMessage {
-  std::string role;  // "system", "user", "assistant"
-  std::string content;
-};
+// Byte ranges [first, second) of a text, sorted and disjoint.
+using ByteRanges = std::vector<std::pair<size_t, size_t>>;
 
 class Tokenizer {
  public:
@@ -69,8 +70,16 @@ class Tokenizer {
 
   // `add_special`: add BOS/EOS as the model's flags say. `parse_special`: text that spells a
   // control token (e.g. "<|im_start|>") becomes that token; user-defined tokens always do.
-  virtual std::vector<TokenId> encode(const std::string& text, bool add_special,
-                                      bool parse_special) const = 0;
+  std::vector<TokenId> encode(const std::string& text, bool add_special, bool parse_special) const {
+    return encode_impl(text, add_special, parse_special, nullptr);
+  }
+  // As encode(text, add_special, /*parse_special=*/true), except that a control token counts only
+  // where its whole text lies inside one of `special_ranges` (the text a chat template wrote);
+  // elsewhere the same characters stay plain text. The text is tokenized as one piece either way.
+  std::vector<TokenId> encode_with_special_ranges(const std::string& text, bool add_special,
+                                                  const ByteRanges& special_ranges) const {
+    return encode_impl(text, add_special, true, &special_ranges);
+  }
   // The bytes of one token (byte tokens give their byte; BPE tokens are un-byte-mapped).
   // Control tokens give their text only when `render_special`.
   virtual std::string token_to_piece(TokenId id, bool render_special) const = 0;
@@ -84,12 +93,11 @@ class Tokenizer {
   bool is_end_of_generation(TokenId id) const;
   bool is_control(TokenId id) const;
 
-  // The prompt text for a conversation in the model's chat format, ending with the opening of
-  // the assistant's turn. Plain concatenation of contents when the model has no chat format.
-  std::string format_chat(const std::vector<ChatMessage>& messages) const;
-
  protected:
   explicit Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {}
+  // `special_ranges` null: control tokens count everywhere when `parse_special`.
+  virtual std::vector<TokenId> encode_impl(const std::string& text, bool add_special, bool parse_special,
+                                           const ByteRanges* special_ranges) const = 0;
   TokenizerSpec spec_;
 };
 

@@ -6,6 +6,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/model_setup.h"
+#include "helios/chat_template.h"
 #include "helios/evaluate.h"
 
 namespace helios::cli {
@@ -46,16 +47,26 @@ StatusOr<std::vector<ExitRule>> rules_from_args(const Args& args, const Model& m
   return rules;
 }
 
-// The first n documents as prompts (chat-wrapped with --chat), each cut to kPromptTokens.
-std::vector<std::vector<TokenId>> prompts_from(const Tokenizer& tok, const std::vector<std::string>& docs, int64_t n,
-                                               bool chat) {
+// The first n documents as prompts (with --chat, each a user turn of the model's chat template),
+// each cut to kPromptTokens.
+StatusOr<std::vector<std::vector<TokenId>>> prompts_from(const Tokenizer& tok, const std::vector<std::string>& docs,
+                                                         int64_t n, bool chat) {
+  const ChatFormatter formatter(tok);
+  bool warned = false;
   std::vector<std::vector<TokenId>> out;
   for (const std::string& doc : docs) {
     if (static_cast<int64_t>(out.size()) >= n) break;
     std::vector<TokenId> ids = tok.encode(doc, /*add_special=*/!chat, /*parse_special=*/false);
     if (ids.size() > static_cast<size_t>(kPromptTokens)) ids.resize(kPromptTokens);
     if (chat) {
-      ids = tok.encode(tok.format_chat({{"user", tok.decode(ids)}}), /*add_special=*/true, /*parse_special=*/true);
+      ChatRequest request;
+      request.messages.push_back({"user", tok.decode(ids)});
+      HELIOS_ASSIGN_OR_RETURN(ChatPrompt prompt, formatter.format(request));
+      if (!prompt.fallback_reason.empty() && !warned) {
+        std::fprintf(stderr, "helios: warning: chat prompts: %s\n", prompt.fallback_reason.c_str());
+        warned = true;
+      }
+      ids = formatter.encode(prompt);
     }
     if (!ids.empty()) out.push_back(std::move(ids));
   }
@@ -126,7 +137,9 @@ int cmd_eval(int argc, char** argv) {
 
   const Tokenizer& tok = model.tokenizer();
   const auto sequences = make_token_sequences(tok, *docs, static_cast<int32_t>(seq_len), max_tokens);
-  const auto prompts = prompts_from(tok, *docs, n_prompts, args.has("chat"));
+  const auto chat_prompts = prompts_from(tok, *docs, n_prompts, args.has("chat"));
+  if (!chat_prompts.ok()) return fail("eval", chat_prompts.status());
+  const auto& prompts = *chat_prompts;
   size_t n_rules = 1;  // full, always
   for (const ExitRule& r : *rules) n_rules += r.policy != ExitPolicy::kFull;
   std::fprintf(stderr, "eval: %zu documents; perplexity over %zu sequences, %zu prompts x %lld tokens, %zu rules\n",

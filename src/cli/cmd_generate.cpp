@@ -7,6 +7,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/model_setup.h"
+#include "helios/chat_template.h"
 #include "helios/generate.h"
 
 namespace helios::cli {
@@ -17,7 +18,7 @@ int cmd_generate(int argc, char** argv) {
             "prompt); model loading progress, timings and early-exit statistics go to stderr.");
   add_model_options(args);
   args.option("prompt", "TEXT", "the prompt (required)")
-      .option("chat", "", "wrap the prompt as a user turn in the model's chat format")
+      .option("chat", "", "wrap the prompt as a user turn with the model's chat template")
       .option("system", "TEXT", "system message for --chat")
       .option("max-tokens", "N", "generate at most N tokens", "128")
       .option("temperature", "T", "sampling temperature; 0 picks the most likely token", "0")
@@ -72,14 +73,20 @@ int cmd_generate(int argc, char** argv) {
   const double load_s = loaded->load_seconds;
 
   const Tokenizer& tok = model.tokenizer();
-  std::string text = args.str("prompt");
+  std::vector<TokenId> prompt;
   if (args.has("chat")) {
-    std::vector<ChatMessage> messages;
-    if (args.has("system")) messages.push_back({"system", args.str("system")});
-    messages.push_back({"user", text});
-    text = tok.format_chat(messages);
+    // The model's chat template; only its own text may become control tokens.
+    ChatRequest request;
+    if (args.has("system")) request.messages.push_back({"system", args.str("system")});
+    request.messages.push_back({"user", args.str("prompt")});
+    const ChatFormatter formatter(tok);
+    auto chat = formatter.format(request);
+    if (!chat.ok()) return fail("generate", chat.status());
+    if (!chat->fallback_reason.empty()) std::fprintf(stderr, "helios: warning: chat prompt: %s\n", chat->fallback_reason.c_str());
+    prompt = formatter.encode(*chat);
+  } else {
+    prompt = tok.encode(args.str("prompt"), /*add_special=*/true, /*parse_special=*/true);
   }
-  const std::vector<TokenId> prompt = tok.encode(text, /*add_special=*/true, /*parse_special=*/true);
   auto result = generate(model, prompt, opt, [](const std::string& piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);

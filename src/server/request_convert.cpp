@@ -1,8 +1,11 @@
 #include "server/request_convert.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cmath>
 
+#include "helios/chat_template.h"
 #include "server/exit_options.h"
 
 namespace helios::server {
@@ -38,6 +41,20 @@ Status convert_sampling(const v1::SamplingParams& p, SamplingParams* out) {
   out->repetition_penalty = p.repetition_penalty() > 0 ? p.repetition_penalty() : 1.0f;
   out->seed = p.seed();
   return ok_status();
+}
+
+// The conversation as the model's chat template renders it; only the template's own text may
+// become control tokens. A template that cannot run falls back to the recognised format: said at
+// load when the template does not parse (served_model.cpp), here when it fails on this request.
+StatusOr<std::vector<TokenId>> chat_prompt(const Tokenizer& tok, const ChatRequest& request, const std::string& field) {
+  const ChatFormatter formatter(tok);
+  auto prompt = formatter.format(request);
+  if (!prompt.ok()) return Status(prompt.status().code(), field + " " + prompt.status().message());
+  if (!prompt->fallback_reason.empty()) {
+    if (formatter.template_problem().empty()) spdlog::warn("chat prompt: {}", prompt->fallback_reason);
+    else spdlog::debug("chat prompt: {}", prompt->fallback_reason);
+  }
+  return formatter.encode(*prompt);
 }
 
 }  // namespace
@@ -87,23 +104,28 @@ StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& req
   switch (request.input_case()) {
     case v1::GenerateRequest::kText: {
       if (request.text().empty()) return field_error("text", "is empty");
-      const std::string text = request.chat() ? tok.format_chat({{"user", request.text()}}) : request.text();
-      out.prompt = tok.encode(text, /*add_special=*/true, /*parse_special=*/request.chat());
+      if (request.chat()) {
+        ChatRequest chat;
+        chat.messages.push_back({"user", request.text()});
+        HELIOS_ASSIGN_OR_RETURN(out.prompt, chat_prompt(tok, chat, "text"));
+      } else {
+        out.prompt = tok.encode(request.text(), /*add_special=*/true, /*parse_special=*/false);
+      }
       break;
     }
     case v1::GenerateRequest::kConversation: {
       const auto& messages = request.conversation().messages();
       if (messages.empty()) return field_error("conversation.messages", "is empty");
-      std::vector<ChatMessage> chat;
+      ChatRequest chat;
       for (int i = 0; i < messages.size(); ++i) {
         const std::string& role = messages[i].role();
         if (role != "system" && role != "user" && role != "assistant") {
           return field_error("conversation.messages[" + std::to_string(i) + "].role",
                              "is '" + role + "'; valid: system, user, assistant");
         }
-        chat.push_back({role, messages[i].content()});
+        chat.messages.push_back({role, messages[i].content()});
       }
-      out.prompt = tok.encode(tok.format_chat(chat), /*add_special=*/true, /*parse_special=*/true);
+      HELIOS_ASSIGN_OR_RETURN(out.prompt, chat_prompt(tok, chat, "conversation.messages"));
       break;
     }
     case v1::GenerateRequest::kTokenIds: {

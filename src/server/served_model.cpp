@@ -2,6 +2,7 @@
 // setup_model), its engine sized and started (plan_engine). Logging only beyond those.
 #include <spdlog/spdlog.h>
 
+#include "helios/chat_template.h"
 #include "helios/model_setup.h"
 #include "server/exit_options.h"
 #include "server/helios_server.h"
@@ -59,6 +60,9 @@ StatusOr<std::unique_ptr<ServedModel>> load_served_model(const ModelEntryConfig&
   served->model = std::move(setup.model);
   served->default_exit = setup.default_rule;
   log_exits(*served);
+  if (const ChatFormatter chat(served->model->tokenizer()); !chat.template_problem().empty()) {
+    spdlog::warn("{}: chat prompts: {}", entry.name, chat.template_problem());
+  }
 
   const Model& model = *served->model;
   const ModelConfig& c = model.config();

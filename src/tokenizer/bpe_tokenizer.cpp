@@ -41,8 +41,8 @@ struct MergeEqual {
 class BpeTokenizer final : public Tokenizer {
  public:
   explicit BpeTokenizer(TokenizerSpec spec);
-  std::vector<TokenId> encode(const std::string& text, bool add_special,
-                              bool parse_special) const override;
+  std::vector<TokenId> encode_impl(const std::string& text, bool add_special, bool parse_special,
+                                   const ByteRanges* special_ranges) const override;
   std::string token_to_piece(TokenId id, bool render_special) const override;
 
  private:
@@ -74,11 +74,11 @@ BpeTokenizer::BpeTokenizer(TokenizerSpec spec)
   }
 }
 
-std::vector<TokenId> BpeTokenizer::encode(const std::string& text, bool add_special,
-                                          bool parse_special) const {
+std::vector<TokenId> BpeTokenizer::encode_impl(const std::string& text, bool add_special,
+                                               bool parse_special, const ByteRanges* special_ranges) const {
   std::vector<TokenId> out;
   if (add_special && spec_.add_bos) out.push_back(spec_.bos_id);
-  for (const Fragment& fragment : splitter_.split(text, parse_special)) {
+  for (const Fragment& fragment : splitter_.split(text, parse_special, special_ranges)) {
     if (fragment.token >= 0) {
       out.push_back(fragment.token);
       continue;

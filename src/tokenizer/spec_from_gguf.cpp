@@ -224,6 +224,7 @@ Status read_chat_template(const GgufFile& file, TokenizerSpec* spec) {
   HELIOS_ASSIGN_OR_RETURN(std::string tmpl, file.get_string(kTemplateKey));
   spec->chat = chat_from_markers(tmpl);
   if (spec->chat == ChatTemplate::kChatML) spec->chat_default_system = default_system_prompt(tmpl);
+  spec->chat_template = std::move(tmpl);
   return ok_status();
 }
 

@@ -33,8 +33,8 @@ class SpmTokenizer final : public Tokenizer {
   explicit SpmTokenizer(TokenizerSpec spec)
       : Tokenizer(std::move(spec)), index_(build_token_index(spec_)), splitter_(spec_) {}
 
-  std::vector<TokenId> encode(const std::string& text, bool add_special,
-                              bool parse_special) const override;
+  std::vector<TokenId> encode_impl(const std::string& text, bool add_special, bool parse_special,
+                                   const ByteRanges* special_ranges) const override;
   std::string token_to_piece(TokenId id, bool render_special) const override;
 
  private:
@@ -45,14 +45,14 @@ class SpmTokenizer final : public Tokenizer {
   SpecialTokenSplitter splitter_;
 };
 
-std::vector<TokenId> SpmTokenizer::encode(const std::string& text, bool add_special,
-                                          bool parse_special) const {
+std::vector<TokenId> SpmTokenizer::encode_impl(const std::string& text, bool add_special,
+                                               bool parse_special, const ByteRanges* special_ranges) const {
   std::vector<TokenId> out;
   if (add_special && spec_.add_bos) out.push_back(spec_.bos_id);
   // llama.cpp prefixes the space to every text fragment that starts the input or follows a
   // special token, not only to the first one.
   bool after_special = true;
-  for (const Fragment& fragment : splitter_.split(text, parse_special)) {
+  for (const Fragment& fragment : splitter_.split(text, parse_special, special_ranges)) {
     if (fragment.token >= 0) {
       out.push_back(fragment.token);
       after_special = true;

@@ -1,9 +1,8 @@
-// Tokenizer: construction and checks, decoding, end-of-generation, chat prompts, and the
-// streaming decoder. The encoders themselves live in bpe_tokenizer.cpp and spm_tokenizer.cpp.
+// Tokenizer: construction and checks, decoding, end-of-generation, and the streaming decoder.
+// The encoders themselves live in bpe_tokenizer.cpp and spm_tokenizer.cpp; chat prompts in
+// src/chat/.
 
 #include "helios/tokenizer.h"
-
-#include <cctype>
 
 #include "tokenizer/unicode.h"
 #include "tokenizer/vocab.h"
@@ -62,57 +61,6 @@ void mark_end_of_turn_tokens_control(TokenizerSpec* spec) {
   }
 }
 
-std::string trim(const std::string& s) {
-  size_t begin = 0, end = s.size();
-  while (begin < end && std::isspace(static_cast<unsigned char>(s[begin]))) ++begin;
-  while (end > begin && std::isspace(static_cast<unsigned char>(s[end - 1]))) --end;
-  return s.substr(begin, end - begin);
-}
-
-// As SmolLM2's template: a default system turn only when the template has one and the
-// conversation does not start with its own.
-std::string format_chatml(const std::vector<ChatMessage>& messages,
-                          const std::string& default_system) {
-  std::string out;
-  if (!messages.empty() && messages[0].role != "system" && !default_system.empty()) {
-    out += "<|im_start|>system\n" + default_system + "<|im_end|>\n";
-  }
-  for (const ChatMessage& m : messages) {
-    out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-  }
-  return out + "<|im_start|>assistant\n";
-}
-
-// llama.cpp's "llama2-sys" rendering; BOS comes from encode(add_special=true).
-std::string format_llama2(const std::vector<ChatMessage>& messages) {
-  std::string out = "[INST] ";
-  bool inside_turn = true;
-  for (const ChatMessage& m : messages) {
-    if (!inside_turn) {
-      out += "[INST] ";
-      inside_turn = true;
-    }
-    if (m.role == "system") {
-      out += "<<SYS>>\n" + m.content + "\n<</SYS>>\n\n";
-    } else if (m.role == "user") {
-      out += m.content + " [/INST]";
-    } else {
-      out += m.content + "</s>";
-      inside_turn = false;
-    }
-  }
-  return out;
-}
-
-std::string format_llama3(const std::vector<ChatMessage>& messages) {
-  std::string out;
-  for (const ChatMessage& m : messages) {
-    out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + trim(m.content) +
-           "<|eot_id|>";
-  }
-  return out + "<|start_header_id|>assistant<|end_header_id|>\n\n";
-}
-
 }  // namespace
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::create(TokenizerSpec spec) {
@@ -150,22 +98,6 @@ bool Tokenizer::is_end_of_generation(TokenId id) const {
 
 bool Tokenizer::is_control(TokenId id) const {
   return token_kind(spec_, id) == TokenKind::kControl;
-}
-
-std::string Tokenizer::format_chat(const std::vector<ChatMessage>& messages) const {
-  switch (spec_.chat) {
-    case ChatTemplate::kChatML:
-      return format_chatml(messages, spec_.chat_default_system);
-    case ChatTemplate::kLlama2:
-      return format_llama2(messages);
-    case ChatTemplate::kLlama3:
-      return format_llama3(messages);
-    case ChatTemplate::kNone:
-      break;
-  }
-  std::string out;
-  for (const ChatMessage& m : messages) out += m.content;
-  return out;
 }
 
 std::string StreamDecoder::push(TokenId id) {

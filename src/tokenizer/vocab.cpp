@@ -69,8 +69,18 @@ SpecialTokenSplitter::SpecialTokenSplitter(const TokenizerSpec& spec) {
   });
 }
 
-std::vector<Fragment> SpecialTokenSplitter::split(std::string_view text,
-                                                  bool parse_special) const {
+namespace {
+
+bool inside_ranges(const ByteRanges& ranges, size_t begin, size_t end) {
+  auto it = std::upper_bound(ranges.begin(), ranges.end(), begin,
+                             [](size_t at, const std::pair<size_t, size_t>& r) { return at < r.first; });
+  return it != ranges.begin() && std::prev(it)->first <= begin && end <= std::prev(it)->second;
+}
+
+}  // namespace
+
+std::vector<Fragment> SpecialTokenSplitter::split(std::string_view text, bool parse_special,
+                                                  const ByteRanges* special_ranges) const {
   std::vector<Fragment> fragments;
   if (!text.empty()) fragments.push_back({-1, text});
   std::vector<Fragment> next;
@@ -83,7 +93,14 @@ std::vector<Fragment> SpecialTokenSplitter::split(std::string_view text,
         continue;
       }
       std::string_view rest = fragment.text;
-      for (size_t match; (match = rest.find(special.text)) != std::string_view::npos;) {
+      for (size_t match, from = 0; (match = rest.find(special.text, from)) != std::string_view::npos;) {
+        const auto at = static_cast<size_t>(rest.data() - text.data()) + match;
+        if (special.needs_parse_special && special_ranges &&
+            !inside_ranges(*special_ranges, at, at + special.text.size())) {
+          from = match + 1;  // text from the conversation: the characters stay plain text
+          continue;
+        }
+        from = 0;
         if (match > 0) next.push_back({-1, rest.substr(0, match)});
         next.push_back({special.id, {}});
         rest = rest.substr(match + special.text.size());

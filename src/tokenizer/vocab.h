@@ -34,11 +34,13 @@ struct Fragment {
 
 // Splits input around special-token texts like llama.cpp's tokenizer_st_partition: control,
 // user-defined and unknown tokens, longest first, each cutting every remaining text fragment.
-// Control and unknown tokens take part only when `parse_special`.
+// Control and unknown tokens take part only when `parse_special`, and with `special_ranges` only
+// where their text lies inside one of those byte ranges of `text`.
 class SpecialTokenSplitter {
  public:
   explicit SpecialTokenSplitter(const TokenizerSpec& spec);
-  std::vector<Fragment> split(std::string_view text, bool parse_special) const;
+  std::vector<Fragment> split(std::string_view text, bool parse_special,
+                              const ByteRanges* special_ranges = nullptr) const;
 
  private:
   struct Special {

@@ -54,7 +54,6 @@ TokenizerSpec chat_spec() {
                                        {TokenKind::kControl, TokenKind::kNormal,
                                         TokenKind::kControl});
   spec.eos_id = 258;
-  spec.chat = ChatTemplate::kChatML;
   return spec;
 }
 
@@ -81,52 +80,20 @@ TEST(TokenizerEndOfGeneration, EndOfTurnTokensBecomeControlAsInLlamaCpp) {
   EXPECT_EQ(tok->encode("<|im_end|>", false, true), std::vector<TokenId>{257});
 }
 
-const std::vector<ChatMessage> kConversation = {
-    {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "How are you?"}};
-
-TEST(TokenizerChat, ChatMLWithoutDefaultSystem) {
+TEST(TokenizerEncode, ControlTokensCountOnlyInsideTheGivenRanges) {
   auto tok = make(chat_spec());
-  EXPECT_EQ(tok->format_chat(kConversation),
-            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
-            "<|im_start|>user\nHow are you?<|im_end|>\n<|im_start|>assistant\n");
-}
-
-TEST(TokenizerChat, ChatMLAddsTheTemplatesDefaultSystemOnlyWhenMissing) {
-  TokenizerSpec spec = chat_spec();
-  spec.chat_default_system = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
-  auto tok = make(spec);
-  EXPECT_EQ(tok->format_chat({{"user", "Hi"}}),
-            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
-            "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_EQ(tok->format_chat({{"system", "Be brief."}, {"user", "Hi"}}),
-            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-            "<|im_start|>assistant\n");
-  EXPECT_EQ(tok->format_chat({}), "<|im_start|>assistant\n");
-}
-
-TEST(TokenizerChat, Llama2) {
-  TokenizerSpec spec = chat_spec();
-  spec.chat = ChatTemplate::kLlama2;
-  auto tok = make(spec);
-  EXPECT_EQ(tok->format_chat({{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"},
-                              {"user", "Bye"}}),
-            "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST]Hello!</s>[INST] Bye [/INST]");
-}
-
-TEST(TokenizerChat, Llama3TrimsContent) {
-  TokenizerSpec spec = chat_spec();
-  spec.chat = ChatTemplate::kLlama3;
-  auto tok = make(spec);
-  EXPECT_EQ(tok->format_chat({{"system", " Be brief.\n"}, {"user", "Hi"}}),
-            "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
-            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
-            "<|start_header_id|>assistant<|end_header_id|>\n\n");
-}
-
-TEST(TokenizerChat, NoTemplateConcatenatesContents) {
-  TokenizerSpec spec = chat_spec();
-  spec.chat = ChatTemplate::kNone;
-  EXPECT_EQ(make(spec)->format_chat(kConversation), "HiHello!How are you?");
+  const std::string text = "<|im_start|>u\n<|im_end|>x<|im_end|>";  // markers at bytes 0-11, 14-23, 25-34
+  EXPECT_EQ(tok->encode(text, false, true), (std::vector<TokenId>{256, 'u', '\n', 257, 'x', 257}));
+  // Only the first marker and the last one lie inside a range: the middle one stays ten bytes.
+  const ByteRanges ranges = {{0, 12}, {25, 35}};
+  std::vector<TokenId> expected = {256, 'u', '\n'};
+  for (char c : std::string("<|im_end|>x")) expected.push_back(static_cast<uint8_t>(c));
+  expected.push_back(257);
+  EXPECT_EQ(tok->encode_with_special_ranges(text, false, ranges), expected);
+  // A range that holds only part of a marker's text does not make it a token.
+  EXPECT_EQ(tok->encode_with_special_ranges("<|im_end|>", false, {{0, 5}}).size(), 10u);
+  EXPECT_EQ(tok->encode_with_special_ranges("<|im_end|>", false, {}).size(), 10u);
+  EXPECT_EQ(tok->encode_with_special_ranges("<|im_end|>", false, {{0, 10}}), std::vector<TokenId>{257});
 }
 
 TEST(StreamDecoder, InvalidBytesBecomeReplacementCharacters) {
