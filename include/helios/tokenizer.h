@@ -1,5 +1,5 @@
 // Tokenizers read from GGUF metadata: byte-level BPE (GPT-2 style pre-tokenization: SmolLM2,
-// Llama 3) and SentencePiece-style BPE with byte fallback (llama2.c, Llama 2), with the same
+// Llama 3, Qwen2) and SentencePiece-style BPE with byte fallback (llama2.c, Llama 2), with the same
 // results as llama.cpp's tokenizer for the same file.
 #pragma once
 
@@ -31,6 +31,7 @@ enum class PreTokenizer {
   kLlama3,     // Llama 3: case-insensitive contractions, \p{N}{1,3}, newline handling
 };
 
+  kQwen2,      // Qwen2: kLlama3 with every digit a word of its own (\p{N} for \p{N}{1,3})
 enum class ChatTemplate { kNone, kChatML, kLlama2, kLlama3 };
 
 // Everything a tokenizer needs, as plain data (so tests can build one without a file).

@@ -33,7 +33,8 @@ class Splitter {
         word_ends_(word_ends) {}
 
   void split_gpt2();
-  void split_llama3();
+  // Llama 3's pattern; Qwen2's is the same with at most one digit a word (max_digits = 1).
+  void split_llama3(size_t max_digits);
 
  private:
   bool inside(size_t pos) const { return pos >= begin_ && pos < end_; }
@@ -107,8 +108,8 @@ void Splitter::split_gpt2() {
 }
 
 // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
-// \s*[\r\n]+|\s+(?!\S)|\s+
-void Splitter::split_llama3() {
+// \s*[\r\n]+|\s+(?!\S)|\s+   (Qwen2: \p{N} in place of \p{N}{1,3})
+void Splitter::split_llama3(size_t max_digits) {
   size_t pos = begin_;
   while (pos < end_) {
     if (const size_t n = contraction_length(pos, /*ignore_case=*/true)) {
@@ -122,7 +123,7 @@ void Splitter::split_llama3() {
       continue;
     }
     if (number(pos)) {
-      for (size_t n = 0; number(pos) && n < 3; ++n) ++pos;
+      for (size_t n = 0; number(pos) && n < max_digits; ++n) ++pos;
       emit(pos);
       continue;
     }
@@ -181,7 +182,10 @@ std::vector<std::string> pretokenize(std::string_view text, PreTokenizer pre) {
       split_smollm(cps, classes, &word_ends);
       break;
     case PreTokenizer::kLlama3:
-      Splitter(cps, classes, 0, cps.size(), &word_ends).split_llama3();
+      Splitter(cps, classes, 0, cps.size(), &word_ends).split_llama3(3);
+      break;
+    case PreTokenizer::kQwen2:
+      Splitter(cps, classes, 0, cps.size(), &word_ends).split_llama3(1);
       break;
   }
 

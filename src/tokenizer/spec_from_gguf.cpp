@@ -23,13 +23,6 @@ std::string where(const GgufFile& file, const std::string& key) {
   return file.path() + ": " + key;
 }
 
-bool is_one_of(std::string_view name, std::initializer_list<std::string_view> names) {
-  for (std::string_view n : names) {
-    if (name == n) return true;
-  }
-  return false;
-}
-
 // Picks the split pattern; Llama 3's own names also skip merges for whole-token words and add
 // BOS by default, as llama.cpp does (smaug-bpe and dbrx share only the pattern).
 Status read_pre_tokenizer(const GgufFile& file, TokenizerSpec* spec) {
@@ -48,12 +41,15 @@ Status read_pre_tokenizer(const GgufFile& file, TokenizerSpec* spec) {
     spec->add_bos = true;
   } else if (is_one_of(name, {"smaug-bpe", "dbrx"})) {
     spec->pre = PreTokenizer::kLlama3;
+  } else if (is_one_of(name, {"qwen2", "deepseek-r1-qwen"})) {
+    spec->pre = PreTokenizer::kQwen2;  // merges apply to every word; no BOS unless the file says
   } else {
     return invalid_argument(where(file, kPreKey) + " = '" + name +
                             "' is not supported; supported: gpt-2, default, phi-2, mpt, olmo "
                             "(GPT-2 split), smollm, starcoder, refact, codeshell, command-r, "
                             "exaone, minerva-7b (digits apart), llama3, llama-v3, llama-bpe, "
-                            "falcon3, pixtral, smaug-bpe, dbrx (Llama 3 split)");
+                            "falcon3, pixtral, smaug-bpe, dbrx (Llama 3 split), qwen2, "
+                            "deepseek-r1-qwen (Qwen2 split)");
   }
   return ok_status();
 }

@@ -51,11 +51,12 @@ Status check_spec(const TokenizerSpec& spec) {
   return ok_status();
 }
 
-// llama.cpp makes end-of-turn tokens control tokens even when the file says otherwise, so that
-// they are neither matched in plain text nor printed.
+// llama.cpp makes end-of-turn and fill-in-the-middle tokens (<|im_end|>, <|fim_prefix|>, ...)
+// control tokens even when the file says otherwise, so that they are neither matched in plain
+// text nor printed.
 void mark_end_of_turn_tokens_control(TokenizerSpec* spec) {
   for (size_t i = 0; i < spec->tokens.size(); ++i) {
-    if (!is_end_of_turn_text(spec->tokens[i])) continue;
+    if (!is_end_of_turn_text(spec->tokens[i]) && !is_fim_marker_text(spec->tokens[i])) continue;
     if (spec->kinds.empty()) spec->kinds.assign(spec->tokens.size(), TokenKind::kNormal);
     spec->kinds[i] = TokenKind::kControl;
   }
@@ -93,7 +94,8 @@ std::string Tokenizer::decode(const std::vector<TokenId>& ids, bool render_speci
 bool Tokenizer::is_end_of_generation(TokenId id) const {
   if (id < 0 || id >= n_vocab()) return false;
   if (id == spec_.eos_id || id == spec_.eot_id) return true;
-  return is_control(id) && is_end_of_turn_text(spec_.tokens[id]);
+  const std::string& text = spec_.tokens[id];
+  return is_control(id) && (is_end_of_turn_text(text) || is_fim_end_of_generation_text(text));
 }
 
 bool Tokenizer::is_control(TokenId id) const {

@@ -38,6 +38,29 @@ bool is_end_of_turn_text(std::string_view text) {
   return false;
 }
 
+bool is_one_of(std::string_view text, std::initializer_list<std::string_view> texts) {
+  for (std::string_view t : texts) {
+    if (text == t) return true;
+  }
+  return false;
+}
+
+bool is_fim_end_of_generation_text(std::string_view text) {
+  return is_one_of(text, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]",
+                          "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>",
+                          "<|file_sep|>"});
+}
+
+bool is_fim_marker_text(std::string_view text) {
+  return is_fim_end_of_generation_text(text) ||
+         is_one_of(text, {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>",
+                          "▁<PRE>", "<|code_prefix|>", "<|prefix|>",
+                          "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>",
+                          "▁<SUF>", "<|code_suffix|>", "<|suffix|>",
+                          "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>",
+                          "▁<MID>", "<|code_middle|>", "<|middle|>"});
+}
+
 int byte_token_value(std::string_view text) {
   if (text.size() != 6 || text.substr(0, 3) != "<0x" || text[5] != '>') return -1;
   int value = 0;

@@ -2,6 +2,7 @@
 // before either model sees the text, and the factories tokenizer.cpp dispatches to.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -19,9 +20,17 @@ using TokenIndex = std::unordered_map<std::string, TokenId>;
 TokenIndex build_token_index(const TokenizerSpec& spec);
 TokenId find_token(const TokenIndex& index, const std::string& text);  // -1 when absent
 
+bool is_one_of(std::string_view text, std::initializer_list<std::string_view> texts);
+
 // Texts llama.cpp treats as ending a turn (<|eot_id|>, <|im_end|>, ...), best candidate first.
 const std::vector<std::string>& end_of_turn_texts();
 bool is_end_of_turn_text(std::string_view text);
+
+// Fill-in-the-middle markers llama.cpp finds by their text (Qwen2.5-Coder's <|fim_prefix|>,
+// StarCoder's <fim_prefix>, ...) and makes control tokens whatever the file says; the padding,
+// repository and file-separator markers also end generation there.
+bool is_fim_marker_text(std::string_view text);
+bool is_fim_end_of_generation_text(std::string_view text);
 
 // The byte a "<0xNN>" byte-fallback token stands for, or -1 if `text` is not one.
 int byte_token_value(std::string_view text);

@@ -131,12 +131,34 @@ TEST(BpeTokenizer, SplitEmojiStreamsWhole) {
   EXPECT_EQ(stream.flush(), "");
 }
 
+// As llama.cpp: fill-in-the-middle markers are control tokens whatever the file says (parsed only
+// with parse_special, printed only when special tokens are), <tool_call> stays user-defined
+// (always parsed, always printed), and the FIM padding and separators end generation.
+TEST(BpeTokenizer, FimMarkersAreControlAndTheirSeparatorsEndGeneration) {
+  const TokenizerSpec spec = byte_level_spec(
+      {"<|fim_prefix|>", "<|fim_pad|>", "<|file_sep|>", "<tool_call>", "<|im_end|>"}, {},
+      {TokenKind::kUserDefined, TokenKind::kUserDefined, TokenKind::kNormal, TokenKind::kUserDefined,
+       TokenKind::kNormal});
+  auto tok = make(spec);
+  const TokenId prefix = 256, pad = 257, sep = 258, tool = 259, im_end = 260;
+  for (TokenId id : {prefix, pad, sep, im_end}) EXPECT_TRUE(tok->is_control(id)) << id;
+  EXPECT_FALSE(tok->is_control(tool));
+  EXPECT_EQ(tok->encode("<|fim_prefix|>x<tool_call>", false, true), (Ids{prefix, 'x', tool}));
+  EXPECT_EQ(tok->encode("<|fim_prefix|>", false, false).size(), 14u);  // plain text
+  EXPECT_EQ(tok->encode("<tool_call>", false, false), (Ids{tool}));
+  EXPECT_EQ(tok->decode({prefix, tool}), "<tool_call>");
+  EXPECT_EQ(tok->decode({prefix, tool}, true), "<|fim_prefix|><tool_call>");
+  for (TokenId id : {pad, sep, im_end}) EXPECT_TRUE(tok->is_end_of_generation(id)) << id;
+  for (TokenId id : {prefix, tool}) EXPECT_FALSE(tok->is_end_of_generation(id)) << id;
+}
+
 // Random bytes through every pre-tokenizer: no crash, and decode(encode(x)) is x with each
 // malformed byte replaced by U+FFFD (llama.cpp's treatment of invalid input).
 TEST(BpeTokenizer, ArbitraryBytesRoundTrip) {
   TokenizerSpec spec = byte_level_spec({"\xC4\xA0t", "he"}, {"\xC4\xA0 t", "h e"});
   std::mt19937 rng(7);
-  for (PreTokenizer pre : {PreTokenizer::kGpt2, PreTokenizer::kSmolLM, PreTokenizer::kLlama3}) {
+  for (PreTokenizer pre : {PreTokenizer::kGpt2, PreTokenizer::kSmolLM, PreTokenizer::kLlama3,
+                           PreTokenizer::kQwen2}) {
     spec.pre = pre;
     auto tok = make(spec);
     for (int iter = 0; iter < 1000; ++iter) {

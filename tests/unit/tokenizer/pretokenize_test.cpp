@@ -14,6 +14,7 @@ using Words = std::vector<std::string>;
 Words gpt2(const std::string& text) { return pretokenize(text, PreTokenizer::kGpt2); }
 Words smollm(const std::string& text) { return pretokenize(text, PreTokenizer::kSmolLM); }
 Words llama3(const std::string& text) { return pretokenize(text, PreTokenizer::kLlama3); }
+Words qwen2(const std::string& text) { return pretokenize(text, PreTokenizer::kQwen2); }
 
 TEST(PretokenizeGpt2, WordsKeepTheirLeadingSpace) {
   EXPECT_EQ(gpt2("Hello world"), (Words{"Hello", " world"}));
@@ -78,6 +79,19 @@ TEST(PretokenizeLlama3, NewlinesStayWithPunctuationAndWhitespace) {
   EXPECT_EQ(llama3("a\r\n"), (Words{"a", "\r\n"}));
 }
 
+TEST(PretokenizeQwen2, EveryDigitIsAWordOfItsOwn) {
+  EXPECT_EQ(qwen2("abc 1234"), (Words{"abc", " ", "1", "2", "3", "4"}));
+  EXPECT_EQ(qwen2("x2 + y2"), (Words{"x", "2", " +", " y", "2"}));
+  EXPECT_EQ(qwen2("\xD9\xA3\xD9\xA4"), (Words{"\xD9\xA3", "\xD9\xA4"}));  // \p{N}, not only ASCII
+}
+
+TEST(PretokenizeQwen2, OtherwiseSplitsAsLlama3) {
+  for (const std::string text : {"DON'T we'LL", "(hello) world", "\thello", "hi!\n\nthere",
+                                 "a  \n  x", "a\r\n", "def f(x):\n    return x\n"}) {
+    EXPECT_EQ(qwen2(text), llama3(text)) << text;
+  }
+}
+
 // Splitting never loses or invents text: for valid UTF-8 the words concatenate to the input,
 // and none is empty. Random strings over letters, digits, marks, spaces, newlines and emoji.
 TEST(PretokenizeAll, WordsConcatenateToTheInput) {
@@ -85,7 +99,8 @@ TEST(PretokenizeAll, WordsConcatenateToTheInput) {
       "a", "Z", "'", "s", "1", "9", " ", " ", "\n", "\r", "\t", "!", ".", "\xC3\xA9", "\xCC\x81",
       "\xE4\xB8\xAD", "\xD9\xA3", "\xF0\x9F\x98\x80", "\xE2\x80\x8B", "\xC2\xA0", "\xE3\x80\x80"};
   std::mt19937 rng(1234);
-  for (PreTokenizer pre : {PreTokenizer::kGpt2, PreTokenizer::kSmolLM, PreTokenizer::kLlama3}) {
+  for (PreTokenizer pre : {PreTokenizer::kGpt2, PreTokenizer::kSmolLM, PreTokenizer::kLlama3,
+                           PreTokenizer::kQwen2}) {
     for (int iter = 0; iter < 500; ++iter) {
       std::string text;
       const int n = rng() % 24;
@@ -108,7 +123,8 @@ TEST(PretokenizeAll, ArbitraryBytesAreSafe) {
     for (char& c : text) c = static_cast<char>(rng() % 256);
     std::string expected;
     for (uint32_t cp : unicode::decode(text)) unicode::append_utf8(cp, &expected);
-    for (PreTokenizer pre : {PreTokenizer::kGpt2, PreTokenizer::kSmolLM, PreTokenizer::kLlama3}) {
+    for (PreTokenizer pre : {PreTokenizer::kGpt2, PreTokenizer::kSmolLM, PreTokenizer::kLlama3,
+                           PreTokenizer::kQwen2}) {
       std::string joined;
       for (const std::string& word : pretokenize(text, pre)) joined += word;
       ASSERT_EQ(joined, expected);

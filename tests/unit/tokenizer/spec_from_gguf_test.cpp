@@ -69,7 +69,8 @@ TEST(SpecFromGguf, PreTokenizerNames) {
       {"gpt-2", PreTokenizer::kGpt2},        {"default", PreTokenizer::kGpt2},
       {"starcoder", PreTokenizer::kSmolLM},  {"refact", PreTokenizer::kSmolLM},
       {"command-r", PreTokenizer::kSmolLM},  {"llama-bpe", PreTokenizer::kLlama3},
-      {"smaug-bpe", PreTokenizer::kLlama3},
+      {"smaug-bpe", PreTokenizer::kLlama3},  {"qwen2", PreTokenizer::kQwen2},
+      {"deepseek-r1-qwen", PreTokenizer::kQwen2},
   };
   for (const auto& [name, pre] : cases) {
     TokenizerGguf gguf("gpt2", {"a", "b"});
@@ -96,6 +97,12 @@ TEST(SpecFromGguf, Llama3NamesAddBosAndSkipMergesForWholeWords) {
   smaug.writer.set_string("tokenizer.ggml.pre", "smaug-bpe");
   EXPECT_FALSE(smaug.spec()->ignore_merges);
   EXPECT_FALSE(smaug.spec()->add_bos);
+
+  // Qwen2 merges every word and adds no BOS, as llama.cpp does for it.
+  TokenizerGguf qwen("gpt2", {"a"});
+  qwen.writer.set_string("tokenizer.ggml.pre", "qwen2");
+  EXPECT_FALSE(qwen.spec()->ignore_merges);
+  EXPECT_FALSE(qwen.spec()->add_bos);
 }
 
 TEST(SpecFromGguf, SentencePieceDefaultsFollowLlamaCpp) {
@@ -169,8 +176,9 @@ TEST(SpecFromGguf, UnsupportedModelAndPreListTheSupportedOnes) {
   TokenizerGguf bert("bert", {"a"});
   expect_error(bert, StatusCode::kInvalidArgument, {"tokenizer.ggml.model", "'bert'", "gpt2", "llama"});
   TokenizerGguf pre("gpt2", {"a"});
-  pre.writer.set_string("tokenizer.ggml.pre", "qwen2");
-  expect_error(pre, StatusCode::kInvalidArgument, {"tokenizer.ggml.pre", "'qwen2'", "smollm", "llama3"});
+  pre.writer.set_string("tokenizer.ggml.pre", "chatglm-bpe");
+  expect_error(pre, StatusCode::kInvalidArgument,
+               {"tokenizer.ggml.pre", "'chatglm-bpe'", "smollm", "llama3", "qwen2"});
 }
 
 TEST(SpecFromGguf, BadValuesNameTheirKey) {
