@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -29,9 +30,9 @@ enum class PreTokenizer {
   kGpt2,       // "'s|'t|...| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
   kSmolLM,     // every digit alone, then kGpt2 (also starcoder, refact, ...)
   kLlama3,     // Llama 3: case-insensitive contractions, \p{N}{1,3}, newline handling
+  kQwen2,      // Qwen2: kLlama3 with every digit a word of its own (\p{N} for \p{N}{1,3})
 };
 
-  kQwen2,      // Qwen2: kLlama3 with every digit a word of its own (\p{N} for \p{N}{1,3})
 enum class ChatTemplate { kNone, kChatML, kLlama2, kLlama3 };
 
 // Everything a tokenizer needs, as plain data (so tests can build one without a file).
