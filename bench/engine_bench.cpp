@@ -66,9 +66,9 @@ metrics:
   ms/token        1000 / decode tok/s.
   GB/s            achieved memory bandwidth of decode = bytes read per decode token / time per
                   decode token (10^9 bytes per GB). Bytes read per token =
-                    weight bytes: ModelWeights::n_bytes (what the backend holds), minus the f32
-                      token-embedding table of which one row is read, plus that row; a tied LM
-                      head is a separate (quantized) copy and is read in full;
+                    weight bytes: ModelWeights::n_bytes (what the backend holds), minus the
+                      token-embedding table of which one row is read, plus that row; when the
+                      LM head is tied to the table (one copy) the table is read in full instead;
                   + KV bytes: 2 (K and V) x n_layer x kv_dim x 4 bytes (f32) x mean context,
                       the mean over the decode steps of the positions each step attends to
                       (prompt + (M + 1) / 2).
