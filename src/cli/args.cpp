@@ -114,4 +114,11 @@ int fail(const std::string& command, const Status& status) {
   return 1;
 }
 
+void use_chat_sampling_defaults(Args& args) {
+  args.set_default("temperature", "0.8");
+  args.set_default("top-k", "40");
+  args.set_default("top-p", "0.95");
+  args.set_default("min-p", "0.05");
+}
+
 }  // namespace helios::cli

@@ -20,6 +20,8 @@ class Args {
   Args& option(const std::string& name, const std::string& value, const std::string& help,
                const std::string& default_value = "");
   Args& example(const std::string& line);
+  // Changes a declared option's default (a mode such as --chat implies other defaults).
+  void set_default(const std::string& name, const std::string& value) { options_.at(name).default_value = value; }
 
   // OK, or INVALID_ARGUMENT naming the option. `help_requested()` is true after --help / -h.
   Status parse(int argc, char** argv);
@@ -44,6 +46,12 @@ class Args {
   std::vector<std::string> examples_;
   bool help_ = false;
 };
+
+// A chat samples as llama.cpp's CLI does by default (temperature 0.8, top-k 40, top-p 0.95,
+// min-p 0.05): these become the defaults of those options; any given on the command line wins.
+// Greedy decoding of a small model's chat tends to loop; sampling reads like a conversation.
+void use_chat_sampling_defaults(Args& args);
+inline constexpr const char* kChatSamplingNote = "with --chat, or in helios chat: 0.8 / 40 / 0.95 / 0.05 (llama.cpp's CLI)";
 
 // Prints "helios <command>: <message>" and a hint to stderr; returns the exit code 2.
 int usage_error(const std::string& command, const std::string& message);

@@ -76,11 +76,13 @@ Status fill_sampling(const Args& args, v1::GenerateRequest* req) {
   HELIOS_ASSIGN_OR_RETURN(double temperature, args.number("temperature"));
   HELIOS_ASSIGN_OR_RETURN(int64_t top_k, args.integer("top-k"));
   HELIOS_ASSIGN_OR_RETURN(double top_p, args.number("top-p"));
+  HELIOS_ASSIGN_OR_RETURN(double min_p, args.number("min-p"));
   HELIOS_ASSIGN_OR_RETURN(int64_t seed, args.integer("seed"));
   req->set_max_tokens(static_cast<int32_t>(max_tokens));
   req->mutable_sampling()->set_temperature(static_cast<float>(temperature));
   req->mutable_sampling()->set_top_k(static_cast<int32_t>(top_k));
   req->mutable_sampling()->set_top_p(static_cast<float>(top_p));
+  req->mutable_sampling()->set_min_p(static_cast<float>(min_p));
   req->mutable_sampling()->set_seed(static_cast<uint64_t>(seed));
   req->set_model(args.str("model"));
   return fill_exit_options(args, req->mutable_exit());
@@ -89,9 +91,11 @@ Status fill_sampling(const Args& args, v1::GenerateRequest* req) {
 void add_generation_options(Args& args) {
   args.option("model", "NAME", "model name (helios status lists them); default: the server's first")
       .option("max-tokens", "N", "generate at most N tokens; 0 = the server's default", "0")
-      .option("temperature", "T", "sampling temperature; 0 = greedy", "0")
+      .option("temperature", "T", "sampling temperature; 0 = greedy (the default of complete; the defaults of these "
+              "four " + std::string(kChatSamplingNote) + ")", "0")
       .option("top-k", "K", "sample from the K most likely tokens; 0 = all", "0")
       .option("top-p", "P", "nucleus sampling mass; 0 or 1 = off", "0")
+      .option("min-p", "P", "drop tokens less likely than P x the most likely; 0 = off", "0")
       .option("seed", "S", "random seed", "0")
       .option("policy", "NAME",
               "early exit: full | per-token | batch-sync | fixed-depth | self-speculative; "
@@ -202,6 +206,7 @@ int cmd_complete(int argc, char** argv) {
   v1::GenerateRequest req;
   req.set_text(args.str("prompt"));
   req.set_chat(args.has("chat"));
+  if (args.has("chat")) use_chat_sampling_defaults(args);
   if (Status s = fill_sampling(args, &req); !s.ok()) return usage_error("complete", s.message());
   std::string error;
   auto stub = connect(args, &error);
@@ -217,7 +222,9 @@ int cmd_chat(int argc, char** argv) {
   args.option("system", "TEXT", "a system message to start the conversation with");
   add_generation_options(args);
   add_connection_options(args);
-  args.example("helios chat --address localhost:50051 --temperature 0.7");
+  use_chat_sampling_defaults(args);
+  args.example("helios chat --address localhost:50051");
+  args.example("helios chat --temperature 0 --seed 1   # greedy instead of llama.cpp's chat sampling");
   args.example("helios chat --policy fixed-depth --depth 16");
   if (Status s = args.parse(argc, argv); !s.ok()) return usage_error("chat", s.message());
   if (args.help_requested()) {

@@ -21,7 +21,8 @@ int cmd_generate(int argc, char** argv) {
       .option("chat", "", "wrap the prompt as a user turn with the model's chat template")
       .option("system", "TEXT", "system message for --chat")
       .option("max-tokens", "N", "generate at most N tokens", "128")
-      .option("temperature", "T", "sampling temperature; 0 picks the most likely token", "0")
+      .option("temperature", "T", "sampling temperature; 0 picks the most likely token (the default without "
+              "--chat; the defaults of these four " + std::string(kChatSamplingNote) + ")", "0")
       .option("top-k", "K", "sample from the K most likely tokens; 0 = all", "0")
       .option("top-p", "P", "sample from the smallest set with probability mass >= P", "1")
       .option("min-p", "P", "drop tokens less likely than P x the most likely", "0")
@@ -32,7 +33,8 @@ int cmd_generate(int argc, char** argv) {
       .option("show-exits", "", "print each token's exit layer and confidence to stderr");
   add_exit_rule_options(args);
   args.example("helios generate --prompt \"Once upon a time\" --max-tokens 64")
-      .example("helios generate --chat --prompt \"Name three colours.\" --temperature 0.7 --seed 42")
+      .example("helios generate --chat --prompt \"Name three colours.\" --seed 42")
+      .example("helios generate --chat --prompt \"What is the capital of France?\" --temperature 0")
       .example("helios generate --prompt \"The sky is\" --policy per-token --threshold 0.8 --exits 8,16,24")
       .example("helios generate --prompt \"The sky is\" --policy self-speculative --depth 12 --draft-tokens 4");
   if (Status s = args.parse(argc, argv); !s.ok()) return usage_error("generate", s.message());
@@ -41,6 +43,7 @@ int cmd_generate(int argc, char** argv) {
     return 0;
   }
   if (!args.has("prompt")) return usage_error("generate", "--prompt TEXT is required (see --help)");
+  if (args.has("chat")) use_chat_sampling_defaults(args);
 
   GenerateOptions opt;
   auto parse_all = [&]() -> Status {

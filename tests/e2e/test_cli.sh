@@ -71,6 +71,24 @@ check "the prompt is not echoed" test "$(grep -c "The capital of France" "$WORK/
   --top-k 40 --top-p 0.9 --seed 3 > "$WORK/chat2" 2> /dev/null
 check "sampled chat output is not empty" test -s "$WORK/chat1"
 check "the same seed gives the same text" cmp -s "$WORK/chat1" "$WORK/chat2"
+# A chat samples by default, as llama.cpp's CLI does; --temperature 0 makes it greedy again.
+for seed in 1 2 3; do
+  "$HELIOS" generate --model "$MODEL" --chat --prompt "Tell me a story." --max-tokens 24 --seed $seed \
+    > "$WORK/chat_s$seed" 2> /dev/null
+done
+check "a chat samples by default: other seeds, other text" \
+  bash -c "! (cmp -s '$WORK/chat_s1' '$WORK/chat_s2' && cmp -s '$WORK/chat_s1' '$WORK/chat_s3')"
+for seed in 1 2; do
+  "$HELIOS" generate --model "$MODEL" --chat --prompt "Tell me a story." --max-tokens 24 --seed $seed \
+    --temperature 0 > "$WORK/chat_g$seed" 2> /dev/null
+done
+check "a chat with --temperature 0 is greedy: the seed changes nothing" cmp -s "$WORK/chat_g1" "$WORK/chat_g2"
+"$HELIOS" generate --prompt x --help > "$WORK/h_gen_chat" 2>&1
+check "generate --help gives the chat sampling defaults" contains "$WORK/h_gen_chat" "0.8 / 40 / 0.95 / 0.05"
+if "$HELIOS" chat --help > "$WORK/h_chat" 2>&1; then
+  check "helios chat defaults to temperature 0.8" contains "$WORK/h_chat" "(default: 0.8)"
+  check "helios chat defaults to min-p 0.05" contains "$WORK/h_chat" "(default: 0.05)"
+fi
 "$HELIOS" generate --model "$MODEL" --prompt "Count: 1, 2, 3," --stop "5" --max-tokens 32 > "$WORK/out" 2> "$WORK/err"
 check "a stop string ends the output before it" test "$(grep -c 5 "$WORK/out")" -eq 0
 check "a stop string is the finish reason" contains "$WORK/err" "finish: stop"
