@@ -13,7 +13,7 @@ C++ tests in tests/golden/ compare against:
   smollm2_logits.json      top-5 logits at every position of 4 prompts
   smollm2_perplexity.json  perplexity of a ~500-token fixed text
   dequant.json             gguf-py dequantization of seeded random blocks
-                           (F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)
+                           (F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, Q5_0)
 
 Every JSON file carries a "meta" object (llama-cpp-python version, model file
 name + sha256, llama.cpp settings) so a regenerated file can be diffed.
@@ -528,6 +528,8 @@ def make_dequant(meta, out):
 
 # --------------------------------------------------------------------------
 
+    # Added later, after every earlier draw, so the cases above stay as they were.
+    cases.append(("Q5_0", QT.Q5_0, blocks(3, 22, [0])))
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")

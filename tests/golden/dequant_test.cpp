@@ -1,5 +1,5 @@
 // dequantize_row against gguf-py's independent dequantization (tests/golden/data/dequant.json):
-// exact for F16/BF16/Q8_0/Q4_0/Q4_1; within 1 ulp for Q4_K/Q6_K, whose d·scale products
+// exact for F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0; within 1 ulp for Q4_K/Q6_K, whose d·scale products
 // gguf-py forms in a different order.
 #include <gtest/gtest.h>
 
@@ -68,7 +68,7 @@ TEST(TensorTypeGoldenDequant, MatchesGgufPy) {
     RecordProperty(name + "_max_ulps", static_cast<int>(worst));
     seen.insert(name);
   }
-  for (const char* t : {"F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"}) {
+  for (const char* t : {"F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q4_K", "Q6_K"}) {
     EXPECT_TRUE(seen.count(t)) << t << " missing from " << path;
   }
 }
