@@ -142,6 +142,50 @@ def eval_prompt(llm, ids):
     return np.array(llm.scores[:len(ids), :], dtype=np.float32, copy=True)
 
 
+def greedy_continuation(llm, prompt_ids, steps=GREEDY_STEPS):
+    """Argmax (first index on ties) for `steps` tokens after prompt_ids, continuing past EOS;
+    returns the ids and each step's top1-top2 logit margin."""
+    llm.reset()
+    llm.eval(prompt_ids)
+    out_ids, margins = [], []
+    for step in range(steps):
+        row = np.array(llm.scores[llm.n_tokens - 1, :], dtype=np.float32)
+        top2 = np.argpartition(-row, 2)[:2]
+        tok = int(np.argmax(row))  # first index on exact ties
+        other = int(top2[0]) if int(top2[0]) != tok else int(top2[1])
+        out_ids.append(tok)
+        margins.append(float(row[tok]) - float(row[other]))
+        if step + 1 < steps:
+            llm.eval([tok])
+    return out_ids, margins
+
+
+def top5_rows(logits):
+    """[[id, logit] x5] per row, descending."""
+    rows = []
+    for row in logits:
+        idx = np.argsort(-row, kind="stable")[:5]
+        rows.append([[int(j), float(row[j])] for j in idx])
+    return rows
+
+
+def perplexity_of(llm, ids):
+    """(perplexity, mean nll) of ids from one eval: exp(mean_{i>=1} -log softmax(logits[i-1])[ids[i]])
+    in float64."""
+    x = eval_prompt(llm, ids).astype(np.float64)[:-1]
+    m = x.max(axis=1, keepdims=True)
+    lse = m[:, 0] + np.log(np.exp(x - m).sum(axis=1))
+    nll = lse - x[np.arange(len(ids) - 1), ids[1:]]
+    mean_nll = float(nll.mean())
+    return float(math.exp(mean_nll)), mean_nll
+
+
+def selection(only):
+    """want(k) for a --only comma list: everything when it is empty."""
+    chosen = set(filter(None, only.split(",")))
+    return lambda k: not chosen or k in chosen
+
+
 # --------------------------------------------------------------------------
 # 2. tokenizer
 # --------------------------------------------------------------------------
@@ -308,10 +352,11 @@ def tokenize_texts(sg):
 SPECIAL_MARKERS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>")
 
 
-def make_tokenize(llm, meta, sg, out):
-    texts = tokenize_texts(sg)
-    cases = []
-    seen = set()
+def tokenize_cases(llm, texts, has_special):
+    """llama_tokenize of every text: with parse_special too where has_special(text), and a
+    sprinkling of add_special=True (the models have add_bos_token=false, so llama.cpp adds
+    nothing; the tests check that too). No (text, flags) pair twice."""
+    cases, seen = [], set()
 
     def add(text, add_special, parse_special):
         key = (text, add_special, parse_special)
@@ -323,16 +368,17 @@ def make_tokenize(llm, meta, sg, out):
                       "parse_special": parse_special, "ids": [int(i) for i in ids]})
 
     for i, text in enumerate(texts):
-        has_special = any(m in text for m in SPECIAL_MARKERS)
-        if has_special:
+        special = has_special(text)
+        if special:
             add(text, False, True)
-            add(text, False, False)
-        else:
-            add(text, False, False)
-        # a sprinkling of add_special=True (the model has add_bos_token=false,
-        # so llama.cpp adds nothing; the test checks that too)
+        add(text, False, False)
         if i % 10 == 0 or text in ("", " ", "Hello", "<|im_end|>"):
-            add(text, True, has_special)
+            add(text, True, special)
+    return cases
+
+
+def make_tokenize(llm, meta, sg, out):
+    cases = tokenize_cases(llm, tokenize_texts(sg), lambda t: any(m in t for m in SPECIAL_MARKERS))
     # sanity: round-trip of the detokenizer for a few plain cases
     for c in cases[:20]:
         if not c["parse_special"]:
@@ -376,21 +422,10 @@ def make_greedy(llm, meta, sg, out):
     global_min = (math.inf, None, None)
     for ci, (prompt, chat) in enumerate(greedy_prompts(sg)):
         prompt_ids = [int(i) for i in llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)]
-        llm.reset()
-        llm.eval(prompt_ids)
-        out_ids, margins = [], []
-        for step in range(GREEDY_STEPS):
-            row = np.array(llm.scores[llm.n_tokens - 1, :], dtype=np.float32)
-            top2 = np.argpartition(-row, 2)[:2]
-            tok = int(np.argmax(row))  # first index on exact ties
-            other = int(top2[0]) if int(top2[0]) != tok else int(top2[1])
-            margin = float(row[tok]) - float(row[other])
-            out_ids.append(tok)
-            margins.append(margin)
+        out_ids, margins = greedy_continuation(llm, prompt_ids)
+        for step, margin in enumerate(margins):
             if margin < global_min[0]:
                 global_min = (margin, ci, step)
-            if step + 1 < GREEDY_STEPS:
-                llm.eval([tok])
         text = llm.detokenize(out_ids).decode("utf-8", errors="replace")
         cases.append({"prompt": prompt, "chat": chat, "prompt_ids": prompt_ids,
                       "output_ids": out_ids, "output_text": text,
@@ -425,12 +460,7 @@ def make_logits(llm, meta, sg, out):
         ids = [int(i) for i in llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)]
         ids = ids[:80]
         assert 20 <= len(ids) <= 80, len(ids)
-        logits = eval_prompt(llm, ids)
-        top5 = []
-        for row in logits:
-            idx = np.argsort(-row, kind="stable")[:5]
-            top5.append([[int(j), float(row[j])] for j in idx])
-        cases.append({"text": text, "prompt_ids": ids, "top5": top5})
+        cases.append({"text": text, "prompt_ids": ids, "top5": top5_rows(eval_prompt(llm, ids))})
         print(f"logits: n={len(ids)}")
     write_json(os.path.join(out, "smollm2_logits.json"),
                {"meta": dict(meta, logits="one eval of the whole prompt; top-5 (id, raw logit) "
@@ -447,13 +477,7 @@ def make_perplexity(llm, meta, sg, out):
     text = "\n\n".join([sg[6], sg[12], sg[14], sg[22]])
     ids = [int(i) for i in llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)]
     assert 400 <= len(ids) <= N_BATCH, len(ids)
-    logits = eval_prompt(llm, ids).astype(np.float64)
-    x = logits[:-1]
-    m = x.max(axis=1, keepdims=True)
-    lse = (m[:, 0] + np.log(np.exp(x - m).sum(axis=1)))
-    nll = lse - x[np.arange(len(ids) - 1), ids[1:]]
-    mean_nll = float(nll.mean())
-    ppl = float(math.exp(mean_nll))
+    ppl, mean_nll = perplexity_of(llm, ids)
     write_json(os.path.join(out, "smollm2_perplexity.json"),
                {"meta": dict(meta, perplexity="exp(mean_{i>=1} -log softmax(logits[i-1])[ids[i]]), "
                              "float64 numpy, logits from one eval of all ids"),
@@ -504,6 +528,8 @@ def make_dequant(meta, out):
     cases.append(("Q4_1", QT.Q4_1, blocks(3, 20, [0, 2])))
     cases.append(("Q4_K", QT.Q4_K, blocks(2, 144, [0, 2])))
     cases.append(("Q6_K", QT.Q6_K, blocks(2, 210, [208])))
+    # Added later, after every earlier draw, so the cases above stay as they were.
+    cases.append(("Q5_0", QT.Q5_0, blocks(3, 22, [0])))
 
     res = []
     for name, qt, raw in cases:
@@ -528,16 +554,13 @@ def make_dequant(meta, out):
 
 # --------------------------------------------------------------------------
 
-    # Added later, after every earlier draw, so the cases above stay as they were.
-    cases.append(("Q5_0", QT.Q5_0, blocks(3, 22, [0])))
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
     ap.add_argument("--out", default="tests/golden/data")
     ap.add_argument("--only", default="", help="comma list: tokenize,greedy,logits,perplexity,dequant")
     args = ap.parse_args()
-    only = set(filter(None, args.only.split(",")))
-    want = lambda k: not only or k in only  # noqa: E731
+    want = selection(args.only)
 
     os.makedirs(args.out, exist_ok=True)
     try:

@@ -2,15 +2,14 @@
 #include <cmath>
 
 #include "golden_util.h"
-#include "helios/generate.h"
 
 namespace helios {
 namespace {
 
+using testing::all_logits;
 using testing::DefaultModel;
+using testing::ids;
 using testing::load_golden;
-
-std::vector<TokenId> ids(const nlohmann::json& j) { return j.get<std::vector<TokenId>>(); }
 
 TEST(SmolLM2Golden, TokenizerMatchesLlamaCpp) {
   Model* m = DefaultModel::get().model.get();
@@ -46,20 +45,6 @@ TEST(SmolLM2Golden, TokenizerMatchesLlamaCpp) {
 constexpr float kDecisiveMargin = 0.5f;
 constexpr float kLogitTolerance = 1.0f;
 
-// All logits of `tokens` in one pass (the rows are computed independently of the batch).
-ForwardResult all_logits(Model& m, const std::vector<TokenId>& tokens) {
-  auto kv = KvCacheStorage::create(m.backend(), m.config(), blocks_for_tokens(tokens.size(), 16), 16);
-  EXPECT_TRUE(kv.ok());
-  BlockAllocator alloc(kv->n_blocks());
-  BlockTable table;
-  EXPECT_TRUE(reserve_tokens(alloc, table, static_cast<int32_t>(tokens.size()), 16));
-  ForwardBatch batch;
-  batch.seqs.push_back({tokens, 0, &table, LogitsWanted::kAll});
-  auto r = m.forward(batch, *kv);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return std::move(*r);
-}
-
 // Teacher-forced: with llama.cpp's own continuation as input, every step where llama.cpp's choice
 // is decisive must be Helios's choice too.
 TEST(SmolLM2Golden, GreedyChoicesMatchAtEveryDecisiveStep) {
@@ -67,60 +52,21 @@ TEST(SmolLM2Golden, GreedyChoicesMatchAtEveryDecisiveStep) {
   ASSERT_NE(m, nullptr);
   const auto golden = load_golden("smollm2_greedy.json");
   ASSERT_GE(golden["cases"].size(), 10u);
-  int n_decisive = 0, n_agree_all = 0, n_steps = 0;
-  for (const auto& c : golden["cases"]) {
-    const auto prompt = ids(c["prompt_ids"]), expected = ids(c["output_ids"]);
-    const auto margins = c["top2_margins"].get<std::vector<float>>();
-    ASSERT_EQ(expected.size(), 64u);
-    std::vector<TokenId> tokens = prompt;
-    tokens.insert(tokens.end(), expected.begin(), expected.end() - 1);
-    const ForwardResult r = all_logits(*m, tokens);
-    for (size_t i = 0; i < expected.size(); ++i) {
-      const TokenId ours = argmax(r.row(prompt.size() - 1 + i), r.n_vocab);
-      ++n_steps;
-      n_agree_all += ours == expected[i];
-      if (margins[i] < kDecisiveMargin) continue;
-      ++n_decisive;
-      EXPECT_EQ(ours, expected[i]) << "prompt " << nlohmann::json(c["prompt"]).dump() << " step " << i
-                                   << " (llama.cpp margin " << margins[i] << ")";
-    }
-  }
-  std::printf("teacher-forced: %d/%d steps agree; all %d decisive steps compared\n", n_agree_all,
-              n_steps, n_decisive);
-  EXPECT_GE(n_decisive, n_steps * 3 / 4) << "too few decisive steps for the test to mean much";
+  for (const auto& c : golden["cases"]) ASSERT_EQ(c["output_ids"].size(), 64u);
+  const testing::GreedyCounts n = testing::check_teacher_forced(*m, golden["cases"], kDecisiveMargin);
+  std::printf("teacher-forced: %d/%d steps agree; all %d decisive steps compared\n", n.n_agree,
+              n.n_steps, n.n_decisive);
+  EXPECT_GE(n.n_decisive, n.n_steps * 3 / 4) << "too few decisive steps for the test to mean much";
 }
 
-// Free-running generation (the decode path: one token at a time through the paged cache) must
-// reproduce llama.cpp's 64 tokens; the two may part only at a step where llama.cpp's own choice
-// was not decisive, after which the texts legitimately differ.
+// Free-running generation must reproduce llama.cpp's 64 tokens up to its first near-tie.
 TEST(SmolLM2Golden, GreedyGenerationMatchesTokenForToken) {
   Model* m = DefaultModel::get().model.get();
   ASSERT_NE(m, nullptr);
   const auto golden = load_golden("smollm2_greedy.json");
-  int n_matched = 0, n_full_cases = 0;
-  for (const auto& c : golden["cases"]) {
-    const auto expected = ids(c["output_ids"]);
-    const auto margins = c["top2_margins"].get<std::vector<float>>();
-    GenerateOptions opt;
-    opt.max_tokens = static_cast<int32_t>(expected.size());
-    opt.ignore_eos = true;
-    auto r = generate(*m, ids(c["prompt_ids"]), opt);
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
-    ASSERT_EQ(r->tokens.size(), expected.size());
-    size_t same = 0;
-    while (same < expected.size() && r->tokens[same] == expected[same]) ++same;
-    n_matched += static_cast<int>(same);
-    if (same == expected.size()) {
-      ++n_full_cases;
-      continue;
-    }
-    EXPECT_LT(margins[same], kDecisiveMargin)
-        << "prompt " << nlohmann::json(c["prompt"]).dump() << ": token " << same << " is "
-        << r->tokens[same] << ", llama.cpp chose " << expected[same] << " decisively";
-  }
-  std::printf("free-running: %d/%zu tokens identical before any divergence; %d of %zu cases "
-              "identical over all 64 tokens\n", n_matched, golden["cases"].size() * 64,
-              n_full_cases, golden["cases"].size());
+  const testing::GreedyCounts n = testing::check_free_running(*m, golden["cases"], kDecisiveMargin);
+  std::printf("free-running: %d/%d tokens identical before any divergence; %d of %zu cases "
+              "identical over all 64 tokens\n", n.n_matched, n.n_steps, n.n_full, golden["cases"].size());
 }
 
 // Logits at every prompt position.
@@ -167,17 +113,7 @@ TEST(SmolLM2Golden, PerplexityWithinTwoTenthsOfAPercent) {
   ASSERT_NE(m, nullptr);
   const auto golden = load_golden("smollm2_perplexity.json");
   const auto tokens = ids(golden["ids"]);
-  const ForwardResult fr = all_logits(*m, tokens);
-  const ForwardResult* r = &fr;
-  double nll = 0;
-  for (size_t i = 1; i < tokens.size(); ++i) {
-    const float* row = r->row(i - 1);
-    const float mx = *std::max_element(row, row + r->n_vocab);
-    double sum = 0;
-    for (int v = 0; v < r->n_vocab; ++v) sum += std::exp(static_cast<double>(row[v] - mx));
-    nll += std::log(sum) + mx - row[tokens[i]];
-  }
-  const double ppl = std::exp(nll / (tokens.size() - 1));
+  const double ppl = testing::perplexity(all_logits(*m, tokens), tokens);
   const double expected = golden["perplexity"];
   std::printf("perplexity: %.4f (llama.cpp %.4f)\n", ppl, expected);
   EXPECT_NEAR(ppl, expected, 0.002 * expected);  // measured: 7.4378 vs 7.4467, 0.12 %
