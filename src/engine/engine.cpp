@@ -115,18 +115,27 @@ void Engine::Impl::run() {
     }
   }
   // Shutdown: every live request ends with an explicit reason.
+  end_all(stop_reason, StatusCode::kUnavailable);
+}
+
+void Engine::Impl::end_all(const std::string& reason, StatusCode code) {
   std::vector<RequestId> ids;
   for (const auto& [id, unused] : live) ids.push_back(id);
-  for (RequestId id : ids) end_request(id, live[id]->aborted(stop_reason));
-  std::lock_guard<std::mutex> lock(mu);
-  for (auto& [request, stream] : incoming) {
+  for (RequestId id : ids) end_request(id, live[id]->aborted(reason, code));
+  // Submitted but not yet admitted: they never reach the scheduler.
+  std::deque<std::pair<GenerationRequest, std::shared_ptr<RequestStream>>> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    queued.swap(incoming);
+    for (const auto& [request, stream] : queued) client_ids.erase(request.client_id);
+  }
+  for (auto& [request, stream] : queued) {
     GenerationUpdate u;
     u.finish = FinishReason::kAborted;
-    u.error = stop_reason;
+    u.error = reason;
+    u.error_code = code;
     stream->push(std::move(u));
   }
-  incoming.clear();
-  client_ids.clear();
 }
 
 void Engine::Impl::admit_and_abort() {
@@ -222,25 +231,13 @@ void Engine::Impl::end_request(RequestId id, GenerationUpdate final_update) {
 void Engine::Impl::fault(const Status& error) {
   // A device error poisons whatever the device holds: no request may get another token from it.
   const std::string reason = "internal error: " + error.message();
-  std::deque<std::pair<GenerationRequest, std::shared_ptr<RequestStream>>> arrived;
   {
-    std::lock_guard<std::mutex> lock(mu);
+    std::lock_guard<std::mutex> lock(mu);  // from now on submit() refuses
     if (fault_reason.empty()) fault_reason = reason;
-    arrived.swap(incoming);  // submitted before the fault: they never reach the device
-    for (const auto& [request, stream] : arrived) client_ids.erase(request.client_id);
   }
   // Reported before any client hears of it, so a health check after a failed call sees it.
   if (options.on_fault) options.on_fault(reason);
-  for (auto& [request, stream] : arrived) {
-    GenerationUpdate u;
-    u.finish = FinishReason::kAborted;
-    u.error = reason;
-    u.error_code = StatusCode::kInternal;
-    stream->push(std::move(u));
-  }
-  std::vector<RequestId> ids;
-  for (const auto& [id, unused] : live) ids.push_back(id);
-  for (RequestId id : ids) end_request(id, live[id]->aborted(reason, StatusCode::kInternal));
+  end_all(reason, StatusCode::kInternal);
 }
 
 void Engine::Impl::publish_queues() {

@@ -34,6 +34,8 @@ struct Engine::Impl {
   void step();
   void copy_swaps(const SchedulerOutput& out);
   void end_request(RequestId id, GenerationUpdate final_update);
+  // Ends every live request, and every submitted one not yet admitted, with `reason`.
+  void end_all(const std::string& reason, StatusCode code);
   // A backend error: every live request fails with it and the engine takes no more work.
   void fault(const Status& error);
   // Queue lengths, KV use and counters: after every step, abort and finished request.

@@ -28,7 +28,6 @@ GenerationUpdate LiveRequest::on_row(const float* raw, int32_t n_vocab, const st
   TokenEvent ev = output.take(raw, n_vocab, history, exit_layer, confidence);
   exit_layers.push_back(exit_layer);
   if (!first_token) first_token = Clock::now();
-  if (request.top_logprobs < 0) ev.top_logprobs.clear();
   u.tokens.push_back(std::move(ev));
   if (output.finish() != FinishReason::kNone) finish(&u, output.finish());
   return u;
