@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Sets up, runs the whole test suite (unit, golden, e2e; gpu tests skip without a GPU), then, when
-# nvcc is found, builds the CUDA configuration in ./build-cuda and runs its GPU tests there (they
-# skip, saying so, on a machine without a GPU: the step proves the CUDA code compiles and links).
-# Extra arguments go to the first ctest (e.g. -L unit). The last line sums every ctest run,
-#   test.sh: 812 passed, 0 failed, 23 skipped (ctest: build, build-cuda)
+# Sets up; when nvcc is found, builds the CUDA configuration in ./build-cuda and runs its GPU tests
+# there (they skip, saying so, on a machine without a GPU: the step proves the CUDA code compiles and
+# links); then runs the whole test suite (unit, golden, e2e). Extra arguments go to that suite's
+# ctest (e.g. -L unit). The last line sums every ctest run,
+#   test.sh: 812 passed, 0 failed, 23 skipped (ctest: build-cuda, build)
 # and the exit status is non-zero when anything failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-passed=0 failed=0 skipped=0 runs=""
+passed=0 failed=0 skipped=0 runs="" notes=""
 
 # run_ctest DIR ARGS...: ctest in DIR; the counts of its closing summary join the totals
 # (ctest counts skipped tests as passed, so they come off the passed count).
@@ -29,31 +29,34 @@ summary() {
   [ "$failed" -eq 0 ]
 }
 
-run_ctest build --timeout 900 -j2 "$@"
+# cuda_build_and_test: the CUDA configuration in ./build-cuda and its GPU tests (they skip, saying
+# so, without a GPU). It runs first so that the suite's own ctest summary closes the output.
+cuda_build_and_test() {
+  local nvcc start targets
+  nvcc=$(command -v nvcc || true)
+  if [ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ]; then nvcc=/usr/local/cuda/bin/nvcc; fi
+  if [ -z "$nvcc" ]; then
+    echo "test.sh: nvcc not found (PATH, /usr/local/cuda/bin): CUDA build skipped"
+    return
+  fi
+  echo "test.sh: CUDA build in ./build-cuda with $nvcc (log: build-cuda.log)"
+  start=$(date +%s)
+  if ! cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DHELIOS_CUDA=ON -DHELIOS_TESTS=ON \
+        -DCMAKE_CUDA_COMPILER="$nvcc" > build-cuda.log 2>&1; then
+    tail -n 30 build-cuda.log; failed=$((failed + 1)); notes="; CUDA configure failed (build-cuda.log)"
+    return
+  fi
+  # The targets that hold CUDA code or link it: the GPU tests, the programs, the GPU benchmark.
+  targets="helios_gpu_tests helios helios-bench-gpu"
+  if cmake --build build-cuda --target help 2>/dev/null | grep -q '\bheliosd\b'; then targets="$targets heliosd"; fi
+  if ! cmake --build build-cuda -j"$(nproc)" --target $targets >> build-cuda.log 2>&1; then
+    tail -n 60 build-cuda.log; failed=$((failed + 1)); notes="; CUDA build failed (build-cuda.log)"
+    return
+  fi
+  run_ctest build-cuda -L gpu --timeout 600
+  echo "test.sh: CUDA build and GPU tests took $(( $(date +%s) - start )) s"
+}
 
-NVCC=$(command -v nvcc || true)
-if [ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ]; then NVCC=/usr/local/cuda/bin/nvcc; fi
-if [ -z "$NVCC" ]; then
-  echo "test.sh: nvcc not found (PATH, /usr/local/cuda/bin): CUDA build skipped"
-  summary
-  exit
-fi
-echo "test.sh: CUDA build in ./build-cuda with $NVCC (log: build-cuda.log)"
-start=$(date +%s)
-if ! cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DHELIOS_CUDA=ON -DHELIOS_TESTS=ON \
-      -DCMAKE_CUDA_COMPILER="$NVCC" > build-cuda.log 2>&1; then
-  tail -n 30 build-cuda.log; failed=$((failed + 1))
-  summary "; CUDA configure failed (build-cuda.log)"
-  exit
-fi
-# The targets that hold CUDA code or link it: the GPU tests, the programs, the GPU benchmark.
-targets="helios_gpu_tests helios helios-bench-gpu"
-if cmake --build build-cuda --target help 2>/dev/null | grep -q '\bheliosd\b'; then targets="$targets heliosd"; fi
-if ! cmake --build build-cuda -j"$(nproc)" --target $targets >> build-cuda.log 2>&1; then
-  tail -n 60 build-cuda.log; failed=$((failed + 1))
-  summary "; CUDA build failed (build-cuda.log)"
-  exit
-fi
-run_ctest build-cuda -L gpu --timeout 600
-echo "test.sh: CUDA build and GPU tests took $(( $(date +%s) - start )) s"
-summary
+cuda_build_and_test
+run_ctest build --timeout 900 -j2 "$@"
+summary "$notes"
