@@ -2,8 +2,9 @@
 """Merges the per-model JSON of helios-bench-engine and llama_cpp_bench.py into one results JSON
 and a Markdown table, Helios and llama.cpp side by side. Standard library only.
 
-usage: cpu_bench_report.py --command CMD --out-json PATH --out-md PATH \
+usage: cpu_bench_report.py --command CMD --date D --out-json PATH --out-md PATH [--bandwidth-gbs X] \
            LABEL HELIOS_JSON LLAMA_JSON [LABEL HELIOS_JSON LLAMA_JSON ...]
+LABEL is MODEL@DEPTH/KV (run_cpu_bench.sh writes them so).
 """
 import argparse
 import json
@@ -34,6 +35,7 @@ def model_line(h):
 def markdown(report):
     first = report["runs"][0]["helios"]
     c = first["config"]
+    bw = report.get("bandwidth_gbs")
     lines = [
         f"# CPU engine benchmark, {report['date']}",
         "",
@@ -41,34 +43,35 @@ def markdown(report):
         f"- commit: {first['commit']}{' (work tree had uncommitted changes)' if first.get('worktree_dirty') else ''}",
         f"- CPU: {first['device']['cpu_model']}, {first['device']['n_cpus']} CPUs; "
         f"threads: {c['threads']} for both engines",
-        f"- batch 1; prompt {c['prompt_tokens']} tokens (one forward pass), decode {c['decode_tokens']} "
+        f"- batch 1; a prompt of `depth` tokens (one forward pass), then decode {c['decode_tokens']} "
         f"tokens one at a time, greedy; median of {c['repeats']} repeats after {c['warmup']} warmup",
         f"- llama.cpp: llama-cpp-python {report['runs'][0]['llama_cpp'].get('llama_cpp_python_version', '?')}, "
-        "same file, same prompt token ids, flash attention off; KV F32 (as Helios) and F16 (its default)",
-        "- GB/s: bytes each decode step reads (weights + KV at the mean context) / time per token",
+        "same file, same prompt token ids, same KV cache type, flash attention off",
+        "- GB/s: bytes each decode step reads (weights + KV at the mean context) / time per token"
+        + (f"; % bw: of {bw:g} GB/s, the machine's read bandwidth" if bw else ""),
         "",
-        "| model | engine | prefill tok/s | decode tok/s | ms/token | decode GB/s | MB/token | "
-        "Helios/llama.cpp prefill | Helios/llama.cpp decode | greedy tokens = Helios |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | depth | KV | prefill tok/s Helios | llama.cpp | ratio | decode tok/s Helios | llama.cpp | ratio "
+        "| decode GB/s Helios | llama.cpp | % bw Helios | MB/token | greedy tokens = |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for run in report["runs"]:
-        h, l = run["helios"]["results"], run["llama_cpp"]["results"]
-        lines.append(f"| {run['label']} | Helios (KV F32) | {fmt(h['prefill_tok_s'], 1)} | "
-                     f"{fmt(h['decode_tok_s'], 2)} | {fmt(h['decode_ms_per_token'], 2)} | "
-                     f"{fmt(h['decode_gb_s'], 2)} | {h['bytes_per_decode_token']['total'] / 1e6:.1f} | | | |")
-        for kv, r in l.items():
-            total = r["bytes_per_decode_token"]["total"]
+        h = run["helios"]["results"]
+        for kv, r in run["llama_cpp"]["results"].items():
+            model, depth = run["label"].split("@")[0], run["helios"]["config"]["prompt_tokens"]
+            share = None if not bw else 100 * h["decode_gb_s"] / bw
             lines.append(
-                f"| {run['label']} | llama.cpp (KV {kv}) | {fmt(r['prefill_tok_s'], 1)} | "
-                f"{fmt(r['decode_tok_s'], 2)} | {fmt(r['decode_ms_per_token'], 2)} | "
-                f"{fmt(r['decode_gb_s'], 2)} | {'-' if total is None else f'{total / 1e6:.1f}'} | "
-                f"{fmt(ratio(h['prefill_tok_s'], r['prefill_tok_s']), 2)} | "
-                f"{fmt(ratio(h['decode_tok_s'], r['decode_tok_s']), 2)} | "
-                f"{r['greedy_tokens_matching_helios']} |")
+                f"| {model} | {depth} | {kv} | {fmt(h['prefill_tok_s'], 1)} | {fmt(r['prefill_tok_s'], 1)} | "
+                f"**{fmt(ratio(h['prefill_tok_s'], r['prefill_tok_s']), 2)}** | {fmt(h['decode_tok_s'], 2)} | "
+                f"{fmt(r['decode_tok_s'], 2)} | **{fmt(ratio(h['decode_tok_s'], r['decode_tok_s']), 2)}** | "
+                f"{fmt(h['decode_gb_s'], 2)} | {fmt(r['decode_gb_s'], 2)} | {fmt(share, 0)} | "
+                f"{h['bytes_per_decode_token']['total'] / 1e6:.1f} | {r['greedy_tokens_matching_helios']} |")
     lines += ["", "Models:", ""]
+    seen = set()
     for run in report["runs"]:
-        lines.append(f"- {run['label']}: {model_line(run['helios'])}; prompt: "
-                     f"{run['helios']['config']['prompt_source']}")
+        model = run["label"].split("@")[0]
+        if model not in seen:
+            seen.add(model)
+            lines.append(f"- {model}: {model_line(run['helios'])}; prompt: {run['helios']['config']['prompt_source']}")
     lines += ["", "Load average (1/5/15 min) at start and end of each benchmark, a hint of "
               "how much other work shared the CPUs:", ""]
     for run in report["runs"]:
@@ -86,11 +89,13 @@ def main():
     p.add_argument("--date", required=True)
     p.add_argument("--out-json", required=True)
     p.add_argument("--out-md", required=True)
+    p.add_argument("--bandwidth-gbs", type=float, help="the machine's memory read bandwidth, GB/s")
     p.add_argument("runs", nargs="+", help="LABEL HELIOS_JSON LLAMA_JSON, repeated")
     args = p.parse_args()
     if len(args.runs) % 3:
         sys.exit("cpu_bench_report.py: runs come in threes: LABEL HELIOS_JSON LLAMA_JSON")
-    report = {"benchmark": "cpu_engine", "date": args.date, "command": args.command, "runs": []}
+    report = {"benchmark": "cpu_engine", "date": args.date, "command": args.command,
+              "bandwidth_gbs": args.bandwidth_gbs, "runs": []}
     for i in range(0, len(args.runs), 3):
         label, hp, lp = args.runs[i:i + 3]
         h, l = load(hp), load(lp)

@@ -49,6 +49,7 @@ options:
   --warmup N            unmeasured repeats before them (default 1)
   --prompts PATH        ShareGPT JSON the prompt text comes from
                         (default: <source>/../shared/data/sharegpt/mlenergy_ShareGPT_V3_filtered_1000_prompts.json)
+  --kv-type T           KV cache elements: f16 (the default, as llama.cpp's) or f32
   --json PATH           also write the results as JSON
   --help                this text
 
@@ -87,6 +88,7 @@ struct Options {
   std::string prompts_path = std::string(HELIOS_SOURCE_DIR) +
                              "/../shared/data/sharegpt/mlenergy_ShareGPT_V3_filtered_1000_prompts.json";
   std::string json_path;
+  helios::kernels::KvType kv_type = helios::kernels::KvType::kF16;
 };
 
 [[noreturn]] void die(const std::string& message) {
@@ -121,6 +123,9 @@ Options parse_options(int argc, char** argv) {
     else if (arg == "--warmup") o.n_warmup = parse_positive("warmup", value, 0);
     else if (arg == "--prompts") o.prompts_path = value;
     else if (arg == "--json") o.json_path = value;
+    else if (arg == "--kv-type" && std::string(value) == "f16") o.kv_type = helios::kernels::KvType::kF16;
+    else if (arg == "--kv-type" && std::string(value) == "f32") o.kv_type = helios::kernels::KvType::kF32;
+    else if (arg == "--kv-type") die("--kv-type must be f16 or f32 (got '" + std::string(value) + "')");
     else die("unknown option: " + arg + " (see --help)");
   }
   if (o.model_path.empty()) die("--model PATH is required (see --help)");
@@ -268,12 +273,12 @@ TokenId argmax(const float* logits, int32_t n) {
 }
 
 helios::StatusOr<RepeatTiming> run_repeat(helios::Model& model, const std::vector<TokenId>& prompt,
-                                          int n_decode_tokens) {
+                                          int n_decode_tokens, helios::kernels::KvType kv_type) {
   constexpr int32_t kBlockSize = 16;
   const int32_t n_total = static_cast<int32_t>(prompt.size()) + n_decode_tokens;
   const int32_t n_blocks = helios::blocks_for_tokens(n_total, kBlockSize);
   HELIOS_ASSIGN_OR_RETURN(auto kv, helios::KvCacheStorage::create(model.backend(), model.config(),
-                                                                  n_blocks, kBlockSize));
+                                                                  n_blocks, kBlockSize, kv_type));
   helios::BlockAllocator allocator(n_blocks);
   helios::BlockTable table;
   if (!helios::reserve_tokens(allocator, table, n_total, kBlockSize)) {
@@ -315,7 +320,8 @@ struct DecodeBytes {
   double mean_context_tokens = 0;
 };
 
-DecodeBytes decode_bytes(const helios::Model& model, int n_prompt_tokens, int n_decode_tokens) {
+DecodeBytes decode_bytes(const helios::Model& model, int n_prompt_tokens, int n_decode_tokens,
+                         helios::kernels::KvType kv_type) {
   const helios::ModelConfig& c = model.config();
   const helios::ModelWeights& w = model.weights();
   DecodeBytes b;
@@ -325,7 +331,8 @@ DecodeBytes decode_bytes(const helios::Model& model, int n_prompt_tokens, int n_
   const int64_t row_bytes = shared ? 0 : helios::tensor_row_bytes(w.tok_embd.view.type, c.n_embd);
   b.weights = w.n_bytes - table + row_bytes;
   b.mean_context_tokens = n_prompt_tokens + (n_decode_tokens + 1) / 2.0;
-  b.kv = static_cast<int64_t>(2.0 * c.n_layer * c.kv_dim() * sizeof(float) * b.mean_context_tokens);
+  b.kv = static_cast<int64_t>(2.0 * c.n_layer * c.kv_dim() * helios::kernels::kv_type_bytes(kv_type) *
+                              b.mean_context_tokens);
   return b;
 }
 
@@ -414,7 +421,7 @@ int main(int argc, char** argv) {
     const bool warmup = i < opt.n_warmup;
     std::fprintf(stderr, "%s %d/%d: ", warmup ? "warmup" : "repeat",
                  warmup ? i + 1 : i - opt.n_warmup + 1, warmup ? opt.n_warmup : opt.n_repeats);
-    auto r = run_repeat(model, prompt, opt.n_decode_tokens);
+    auto r = run_repeat(model, prompt, opt.n_decode_tokens, opt.kv_type);
     if (!r.ok()) die("forward pass failed: " + r.status().to_string());
     std::fprintf(stderr, "prefill %.1f tok/s, decode %.2f tok/s\n", opt.n_prompt_tokens / r->prefill_s,
                  opt.n_decode_tokens / r->decode_s);
@@ -435,7 +442,7 @@ int main(int argc, char** argv) {
   const double prefill_med_s = median(prefill_s);
   const double decode_med_s = median(decode_s);
   const double s_per_token = decode_med_s / opt.n_decode_tokens;
-  const DecodeBytes bytes = decode_bytes(model, opt.n_prompt_tokens, opt.n_decode_tokens);
+  const DecodeBytes bytes = decode_bytes(model, opt.n_prompt_tokens, opt.n_decode_tokens, opt.kv_type);
   const double gb_s = (bytes.weights + bytes.kv) / s_per_token / 1e9;
   const json results = {
       {"prefill_tok_s", opt.n_prompt_tokens / prefill_med_s},
@@ -454,7 +461,7 @@ int main(int argc, char** argv) {
   out["model"] = model_json;
   out["config"] = {{"threads", opt.n_threads}, {"batch", 1},
                    {"prompt_tokens", opt.n_prompt_tokens}, {"decode_tokens", opt.n_decode_tokens},
-                   {"repeats", opt.n_repeats}, {"warmup", opt.n_warmup}, {"kv_type", "F32"},
+                   {"repeats", opt.n_repeats}, {"warmup", opt.n_warmup}, {"kv_type", opt.kv_type == helios::kernels::KvType::kF16 ? "F16" : "F32"},
                    {"kv_block_size", 16}, {"sampling", "greedy"}, {"prompt_source", prompt_source}};
   out["results"] = results;
   out["prompt_ids"] = prompt;
@@ -465,7 +472,7 @@ int main(int argc, char** argv) {
               out["device"]["cpu_model"].get<std::string>().c_str());
   std::printf("%-9s %12s %12s %12s %12s %10s %14s\n", "engine", "prefill t/s", "prefill ms",
               "decode t/s", "ms/token", "GB/s", "MB read/token");
-  std::printf("%-9s %12.1f %12.1f %12.2f %12.2f %10.2f %14.1f\n", "helios",
+  std::printf("%-9s %12.1f %12.1f %12.2f %12.2f %10.2f %14.1f\n", opt.kv_type == helios::kernels::KvType::kF16 ? "helios F16" : "helios F32",
               results["prefill_tok_s"].get<double>(), prefill_med_s * 1e3,
               results["decode_tok_s"].get<double>(), s_per_token * 1e3, gb_s,
               (bytes.weights + bytes.kv) / 1e6);

@@ -7,15 +7,21 @@
 
 namespace helios::kernels {
 
+// How K and V are stored: f32, or IEEE half (round to nearest even; what llama.cpp keeps by
+// default, half the bytes per token).
+enum class KvType : int32_t { kF32 = 0, kF16 = 1 };
+inline int32_t kv_type_bytes(KvType t) { return t == KvType::kF16 ? 2 : 4; }
+
 // A paged KV cache for one layer. Owns nothing.
-//   k, v: [n_blocks, block_size, n_kv_heads, head_dim]; slot = block_id * block_size + offset.
+//   k, v: [n_blocks, block_size, n_kv_heads, head_dim] of `type`; slot = block_id * block_size + offset.
 struct PagedKV {
-  float* k = nullptr;
-  float* v = nullptr;
+  void* k = nullptr;
+  void* v = nullptr;
   int32_t n_blocks = 0;
   int32_t block_size = 0;  // tokens per block
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
+  KvType type = KvType::kF32;
 };
 
 // Which cache slots a batch of tokens attends to, planned once per step. Owns nothing.
@@ -40,8 +46,8 @@ void ref_embedding(const int32_t* tokens, int32_t n_tokens, const float* table, 
 void ref_rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads,
               int32_t head_dim, int32_t n_rot, float freq_base, bool interleaved);
 
-// Writes each token's K and V into its cache slot. k, v: [n_tokens, n_kv_heads, head_dim];
-// slots: [n_tokens]
+// Writes each token's K and V into its cache slot, converted to the cache's type.
+// k, v: [n_tokens, n_kv_heads, head_dim]; slots: [n_tokens]
 void ref_kv_write(const float* k, const float* v, const int32_t* slots, int32_t n_tokens,
                   const PagedKV& cache);
 
@@ -52,6 +58,28 @@ void ref_kv_write(const float* k, const float* v, const int32_t* slots, int32_t 
 void ref_paged_attention(const float* q, const PagedKV& cache, const AttentionPlan& plan,
                          int32_t n_heads, float scale, int64_t item_begin, int64_t item_end,
                          float* out);
+
+// The CPU backend's attention: the same result as ref_paged_attention (within rounding), faster.
+// Work items are (token, KV head, context split): each serves the KV head's query heads, so a K/V
+// row is read and converted once for all of them, and long contexts of a few tokens are split so
+// that every thread has work (a merge of the splits follows, as on the GPU).
+struct CpuAttentionWork {
+  int32_t n_splits = 1;       // context splits per (token, KV head)
+  int64_t n_items = 0;        // n_tokens * n_kv_heads * n_splits
+  int64_t workspace_floats = 0;  // partial results when n_splits > 1
+};
+CpuAttentionWork cpu_attention_work(const AttentionPlan& plan, int32_t n_heads, int32_t n_kv_heads,
+                                    int32_t head_dim, int32_t n_threads);
+// Items i = first, first + stride, ... below work.n_items (a strided share keeps the causal
+// triangle of a prompt balanced across threads). `workspace`: work.workspace_floats floats.
+void cpu_paged_attention(const float* q, const PagedKV& cache, const AttentionPlan& plan,
+                         int32_t n_heads, float scale, const CpuAttentionWork& work, int64_t first,
+                         int64_t stride, float* workspace, float* out);
+// After every item: combines the splits into out (nothing to do when work.n_splits == 1). The
+// (token, head) pairs with index in [pair_begin, pair_end).
+void cpu_attention_merge(const AttentionPlan& plan, int32_t n_heads, int32_t head_dim,
+                         const CpuAttentionWork& work, const float* workspace, int64_t pair_begin,
+                         int64_t pair_end, float* out);
 
 // out = silu(gate) * up, elementwise over n values.
 void ref_swiglu(const float* gate, const float* up, int64_t n, float* out);

@@ -44,6 +44,8 @@ class Backend {
   virtual Status error() const { return ok_status(); }
   // Weight types matmul() takes as they are; the loader turns others into F32.
   virtual bool supports_weight_type(TensorType type) const = 0;
+  // KV cache element types kv_write and paged_attention take (the default: f32 only).
+  virtual bool supports_kv_type(kernels::KvType type) const { return type == kernels::KvType::kF32; }
 
   // --- ops (required), parameters as kernels::ref_<op>
   virtual void embedding(const int32_t* host_tokens, int32_t n_tokens, const float* table,

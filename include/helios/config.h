@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "helios/early_exit.h"
 #include "helios/status.h"
+#include "kernels/kernels.h"
 
 namespace helios {
 
@@ -48,6 +50,8 @@ struct EngineConfig {
   int64_t kv_cache_bytes = 0;              // KV cache size; 0 = use kv_cache_fraction
   double kv_cache_fraction = 0.25;         // of physical memory (cpu) or free device memory (cuda)
   int32_t block_size = 16;                 // tokens per KV block
+  // KV cache element type; unset ("auto") = f16 where the backend has it (the CPU), else f32.
+  std::optional<kernels::KvType> kv_cache_type;
   int32_t max_batched_tokens = 512;        // tokens (prefill chunks + decodes) per step
   int32_t max_seqs = 64;                   // sequences per step
   int32_t queue_limit = 256;               // requests in the server (queued or running); more get RESOURCE_EXHAUSTED

@@ -81,6 +81,7 @@ struct EngineStatus {
 struct EngineOptions {
   int32_t n_kv_blocks = 0;             // device KV blocks
   int32_t block_size = 16;
+  kernels::KvType kv_type = kernels::KvType::kF32;  // what the blocks hold
   int32_t n_swap_blocks = 0;           // host blocks for swapped-out KV
   int32_t queue_limit = 256;           // requests not yet finished, at most
   SchedulerLimits scheduler;

@@ -15,6 +15,7 @@ namespace helios {
 struct GenerateOptions : OutputOptions {
   int32_t prefill_chunk_tokens = 512;  // prompt tokens per forward pass
   int32_t block_size = 16;             // KV cache tokens per block
+  kernels::KvType kv_type = kernels::KvType::kF32;  // KV cache elements (f32: the reference)
   ExitRule exit;                       // early exit (self-speculative included)
 };
 

@@ -58,30 +58,38 @@ bool reserve_tokens(BlockAllocator& allocator, BlockTable& table, int32_t n_toke
 // Releases every block of `table` and empties it.
 void release_table(BlockAllocator& allocator, BlockTable& table);
 
-// K and V storage for every layer, in backend memory.
+// K and V storage for every layer, in backend memory, as f32 (the reference) or f16.
 class KvCacheStorage {
  public:
-  // RESOURCE_EXHAUSTED naming the bytes when the backend cannot hold it.
+  // RESOURCE_EXHAUSTED naming the bytes when the backend cannot hold it; INVALID_ARGUMENT when the
+  // backend does not take `type`.
   static StatusOr<KvCacheStorage> create(Backend& backend, const ModelConfig& config,
-                                         int32_t n_blocks, int32_t block_size);
-  static int64_t bytes_per_block(const ModelConfig& config, int32_t block_size);
+                                         int32_t n_blocks, int32_t block_size,
+                                         kernels::KvType type = kernels::KvType::kF32);
+  static int64_t bytes_per_block(const ModelConfig& config, int32_t block_size,
+                                 kernels::KvType type = kernels::KvType::kF32);
 
   int32_t n_blocks() const { return n_blocks_; }
   int32_t block_size() const { return block_size_; }
+  kernels::KvType type() const { return type_; }
   kernels::PagedKV layer(int32_t l) const;
 
-  // One block's K and V of every layer, as host floats (for swapping to host memory).
-  int64_t floats_per_block() const;
+  // One block's K and V of every layer as raw 4-byte words (f32 values, or pairs of f16), for
+  // swapping to host memory and back.
+  int64_t words_per_block() const;
   void read_block(int32_t block_id, float* host_dst) const;
   void write_block(int32_t block_id, const float* host_src);
 
  private:
+  int64_t words_per_layer_block() const;
+
   Backend* backend_ = nullptr;
   int32_t n_blocks_ = 0;
   int32_t block_size_ = 0;
   int32_t n_kv_heads_ = 0;
   int32_t head_dim_ = 0;
-  std::vector<Buffer> k_, v_;  // per layer: [n_blocks, block_size, n_kv_heads, head_dim]
+  kernels::KvType type_ = kernels::KvType::kF32;
+  std::vector<Buffer> k_, v_;  // per layer: [n_blocks, block_size, n_kv_heads, head_dim] of type_
 };
 
 }  // namespace helios

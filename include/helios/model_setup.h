@@ -67,7 +67,7 @@ StatusOr<ExitRule> resolve_exit_rule(ExitRule rule, const Model& model, std::str
 // The KV cache of one model among `n_models` sharing the memory: `engine.kv_cache_bytes` when
 // set, else `engine.kv_cache_fraction` of `memory_bytes`, split evenly between the models, in
 // blocks holding K and V of every layer of `kv_config` (the loaded layers: Model::kv_config()).
-// Swap mode gets its share of `engine.swap_space_bytes` in host blocks.
+// Swap mode gets its share of `engine.swap_space_bytes` in host blocks. Blocks hold `kv_type`.
 struct KvCacheSize {
   int64_t bytes = 0;            // this model's share
   int64_t bytes_per_block = 0;
@@ -76,7 +76,12 @@ struct KvCacheSize {
 };
 // INVALID_ARGUMENT naming engine.kv_cache and `model_name` when the share is under one block.
 StatusOr<KvCacheSize> size_kv_cache(const EngineConfig& engine, const ModelConfig& kv_config, size_t n_models,
-                                    int64_t memory_bytes, std::string_view model_name);
+                                    int64_t memory_bytes, std::string_view model_name,
+                                    kernels::KvType kv_type = kernels::KvType::kF32);
+
+// engine.kv_cache_type made concrete for `backend`: as set, or f16 where the backend has it and
+// f32 elsewhere. INVALID_ARGUMENT when the backend lacks the type that was set.
+StatusOr<kernels::KvType> resolve_kv_type(const EngineConfig& engine, const Backend& backend);
 
 // What the KV cache is sized from on `backend`: its free device memory (a GPU), else the
 // machine's physical memory (the CPU).

@@ -20,8 +20,10 @@ __global__ void kv_write_kernel(const float* k, const float* v, const int32_t* s
 int launch_kv_write(const float* k, const float* v, const int32_t* slots, int32_t n_tokens,
                     const PagedKV& cache, void* stream) {
   if (n_tokens <= 0) return 0;
+  if (cache.type != KvType::kF32) return static_cast<int>(cudaErrorInvalidValue);  // f32 caches only
   const int64_t row = static_cast<int64_t>(cache.n_kv_heads) * cache.head_dim;
-  kv_write_kernel<<<n_tokens, 128, 0, cuda::as_stream(stream)>>>(k, v, slots, row, cache.k, cache.v);
+  kv_write_kernel<<<n_tokens, 128, 0, cuda::as_stream(stream)>>>(k, v, slots, row, static_cast<float*>(cache.k),
+                                                                   static_cast<float*>(cache.v));
   return cuda::launch_status();
 }
 

@@ -220,7 +220,7 @@ int launch_paged_attention(const float* q, const PagedKV& cache, const Attention
                            float* out, void* stream) {
   if (plan.n_tokens <= 0) return 0;
   if (cache.n_kv_heads <= 0 || n_heads % cache.n_kv_heads != 0 || max_context <= 0 ||
-      cache.head_dim <= 0) {
+      cache.head_dim <= 0 || cache.type != KvType::kF32) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   const int32_t group = n_heads / cache.n_kv_heads;
@@ -231,7 +231,7 @@ int launch_paged_attention(const float* q, const PagedKV& cache, const Attention
   const Split s = plan_splits(plan.n_tokens, cache.n_kv_heads, max_context);
   if (s.n > 1 && workspace == nullptr) return static_cast<int>(cudaErrorInvalidValue);
   const int64_t n_items = static_cast<int64_t>(plan.n_tokens) * n_heads;
-  AttentionArgs a{q, cache.k, cache.v, plan.token_seq, plan.positions, plan.block_tables,
+  AttentionArgs a{q, static_cast<const float*>(cache.k), static_cast<const float*>(cache.v), plan.token_seq, plan.positions, plan.block_tables,
                   plan.max_blocks_per_seq, cache.block_size, n_heads, cache.n_kv_heads,
                   cache.head_dim, scale, s.len, s.n, out, workspace,
                   workspace ? workspace + n_items * s.n * cache.head_dim : nullptr};

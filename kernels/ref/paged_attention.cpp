@@ -9,31 +9,34 @@
 #endif
 
 #include "kernels/kernels.h"
+#include "kernels/ref/dot_lanes.h"
+#include "kernels/ref/fp16.h"
 
 namespace helios::kernels {
 namespace {
 
-// q·k over n values in 8 lanes of fused multiply-adds, the lanes summed in a fixed tree; the
-// plain loop below and the AVX2 code give the same bits.
-inline float dot_lanes(const float* a, const float* b, int32_t n) {
-  int32_t i = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-  __m256 acc = _mm256_setzero_ps();
-  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-  __m128 x = _mm_add_ps(_mm256_extractf128_ps(acc, 1), _mm256_castps256_ps128(acc));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_add_ss(x, _mm_movehdup_ps(x));
-  float sum = _mm_cvtss_f32(x);
-#else
-  float lanes[8] = {};
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) lanes[l] = std::fma(a[i + l], b[i + l], lanes[l]);
-  const float a0 = lanes[0] + lanes[4], a1 = lanes[1] + lanes[5], a2 = lanes[2] + lanes[6],
-              a3 = lanes[3] + lanes[7];
-  float sum = (a0 + a2) + (a1 + a3);
+// n values of a cache array from element `offset` on, as floats: the values themselves for f32,
+// converted into tmp for f16.
+inline const float* cache_values(const void* base, KvType type, int64_t offset, int32_t n, float* tmp) {
+  if (type == KvType::kF32) return static_cast<const float*>(base) + offset;
+  const uint16_t* h = static_cast<const uint16_t*>(base) + offset;
+  for (int32_t i = 0; i < n; ++i) tmp[i] = fp16_to_fp32(h[i]);
+  return tmp;
+}
+
+void store_values(const float* x, int64_t n, KvType type, void* base, int64_t offset) {
+  if (type == KvType::kF32) {
+    std::memcpy(static_cast<float*>(base) + offset, x, sizeof(float) * n);
+    return;
+  }
+  uint16_t* h = static_cast<uint16_t*>(base) + offset;
+  int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX2__)
+  for (; i + 8 <= n; i += 8)  // the same rounding as fp32_to_fp16: to nearest even
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(h + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
 #endif
-  for (; i < n; ++i) sum = std::fma(a[i], b[i], sum);
-  return sum;
+  for (; i < n; ++i) h[i] = fp32_to_fp16(x[i]);
 }
 
 }  // namespace
@@ -42,8 +45,8 @@ void ref_kv_write(const float* k, const float* v, const int32_t* slots, int32_t 
                   const PagedKV& cache) {
   const int64_t row = static_cast<int64_t>(cache.n_kv_heads) * cache.head_dim;
   for (int32_t t = 0; t < n_tokens; ++t) {
-    std::memcpy(cache.k + slots[t] * row, k + t * row, sizeof(float) * row);
-    std::memcpy(cache.v + slots[t] * row, v + t * row, sizeof(float) * row);
+    store_values(k + t * row, row, cache.type, cache.k, slots[t] * row);
+    store_values(v + t * row, row, cache.type, cache.v, slots[t] * row);
   }
 }
 
@@ -53,7 +56,7 @@ void ref_paged_attention(const float* q, const PagedKV& cache, const AttentionPl
   const int32_t hd = cache.head_dim;
   const int32_t group = n_heads / cache.n_kv_heads;  // query heads per KV head
   const int64_t kv_row = static_cast<int64_t>(cache.n_kv_heads) * hd;
-  std::vector<float> scores;
+  std::vector<float> scores, row(hd);
   for (int64_t item = item_begin; item < item_end; ++item) {
     const int32_t t = static_cast<int32_t>(item / n_heads), h = static_cast<int32_t>(item % n_heads);
     const int32_t* table = plan.block_tables +
@@ -66,7 +69,7 @@ void ref_paged_attention(const float* q, const PagedKV& cache, const AttentionPl
     for (int32_t p = 0; p < n_ctx; ++p) {
       const int64_t slot = static_cast<int64_t>(table[p / cache.block_size]) * cache.block_size +
                            p % cache.block_size;
-      const float* kp = cache.k + slot * kv_row + kvh * hd;
+      const float* kp = cache_values(cache.k, cache.type, slot * kv_row + kvh * hd, hd, row.data());
       scores[p] = dot_lanes(qh, kp, hd) * scale;
       max_score = std::max(max_score, scores[p]);
     }
@@ -80,7 +83,7 @@ void ref_paged_attention(const float* q, const PagedKV& cache, const AttentionPl
     for (int32_t p = 0; p < n_ctx; ++p) {
       const int64_t slot = static_cast<int64_t>(table[p / cache.block_size]) * cache.block_size +
                            p % cache.block_size;
-      const float* vp = cache.v + slot * kv_row + kvh * hd;
+      const float* vp = cache_values(cache.v, cache.type, slot * kv_row + kvh * hd, hd, row.data());
       const float w = scores[p] / sum;
       for (int32_t i = 0; i < hd; ++i) oh[i] += w * vp[i];
     }

@@ -30,7 +30,9 @@ int cmd_generate(int argc, char** argv) {
       .option("seed", "S", "random seed for sampling", "0")
       .option("stop", "TEXT", "stop when the output contains TEXT (not printed)")
       .option("ignore-eos", "", "keep generating past end-of-sequence tokens")
-      .option("show-exits", "", "print each token's exit layer and confidence to stderr");
+      .option("show-exits", "", "print each token's exit layer and confidence to stderr")
+      .option("kv-type", "T", "KV cache elements: f16 (llama.cpp's default, half the memory) or f32 (the "
+              "reference arithmetic); auto = f16 where the backend has it", "auto");
   add_exit_rule_options(args);
   args.example("helios generate --prompt \"Once upon a time\" --max-tokens 64")
       .example("helios generate --chat --prompt \"Name three colours.\" --seed 42")
@@ -64,6 +66,10 @@ int cmd_generate(int argc, char** argv) {
     opt.sampling.seed = static_cast<uint64_t>(seed);
     if (args.has("stop")) opt.stop.push_back(args.str("stop"));
     opt.ignore_eos = args.has("ignore-eos");
+    const std::string kv_type = args.str("kv-type");
+    if (kv_type != "auto" && kv_type != "f16" && kv_type != "f32") {
+      return invalid_argument("--kv-type must be auto, f16 or f32, got '" + kv_type + "'");
+    }
     return opt.sampling.validate();
   };
   if (Status s = parse_all(); !s.ok()) return usage_error("generate", s.message());
@@ -73,6 +79,9 @@ int cmd_generate(int argc, char** argv) {
   auto rule = exit_rule_from_args(args, model, args.str("policy"), args.str("threshold"));
   if (!rule.ok()) return usage_error("generate", rule.status().message());
   opt.exit = *rule;
+  const std::string kv_type = args.str("kv-type");
+  const bool f16 = kv_type == "f16" || (kv_type == "auto" && loaded->backend->supports_kv_type(kernels::KvType::kF16));
+  opt.kv_type = f16 ? kernels::KvType::kF16 : kernels::KvType::kF32;
   const double load_s = loaded->load_seconds;
 
   const Tokenizer& tok = model.tokenizer();

@@ -1,5 +1,5 @@
-// engine: backend, threads, kv_cache, block_size, max_batched_tokens, max_seqs, queue_limit,
-// preemption, swap_space.
+// engine: backend, threads, kv_cache, kv_cache_type, block_size, max_batched_tokens, max_seqs,
+// queue_limit, preemption, swap_space.
 #include <charconv>
 #include <cmath>
 
@@ -64,7 +64,7 @@ Status read_engine_config(const ConfigSource& source, const YAML::Node& node,
   HELIOS_ASSIGN_OR_RETURN(
       MapReader engine,
       MapReader::open(source, node, where, "engine",
-                      {"backend", "threads", "kv_cache", "block_size", "max_batched_tokens",
+                      {"backend", "threads", "kv_cache", "kv_cache_type", "block_size", "max_batched_tokens",
                        "max_seqs", "queue_limit", "preemption", "swap_space"}));
 
   HELIOS_RETURN_IF_ERROR(engine.read_choice<std::string>(
@@ -74,6 +74,12 @@ Status read_engine_config(const ConfigSource& source, const YAML::Node& node,
   HELIOS_RETURN_IF_ERROR(check_at_least(engine, "threads", out->threads, 0, "0 = one per core"));
 
   HELIOS_RETURN_IF_ERROR(read_kv_cache(engine, out));
+
+  std::string kv_type = "auto";
+  HELIOS_RETURN_IF_ERROR(engine.read_choice<std::string>(
+      "kv_cache_type", {{"auto", "auto"}, {"f16", "f16"}, {"f32", "f32"}}, &kv_type));
+  if (kv_type == "f16") out->kv_cache_type = kernels::KvType::kF16;
+  if (kv_type == "f32") out->kv_cache_type = kernels::KvType::kF32;
 
   HELIOS_RETURN_IF_ERROR(engine.read_int("block_size", &out->block_size));
   if (!is_power_of_two(out->block_size) || out->block_size > kMaxBlockSize) {

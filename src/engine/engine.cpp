@@ -14,7 +14,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::start(Model& model, const EngineOption
                                                 MetricsRegistry* metrics) {
   if (options.n_kv_blocks <= 0) return invalid_argument("the engine needs at least one KV block");
   HELIOS_ASSIGN_OR_RETURN(auto storage, KvCacheStorage::create(model.backend(), model.kv_config(),
-                                                              options.n_kv_blocks, options.block_size));
+                                                              options.n_kv_blocks, options.block_size,
+                                                              options.kv_type));
   std::unique_ptr<Engine> engine(new Engine(model));
   engine->impl_ = std::make_unique<Impl>(model, options, metrics, std::move(storage));
   Impl* impl = engine->impl_.get();
@@ -195,7 +196,7 @@ void Engine::Impl::step() {
 }
 
 void Engine::Impl::copy_swaps(const SchedulerOutput& out) {
-  const int64_t n = kv.floats_per_block();
+  const int64_t n = kv.words_per_block();
   for (const BlockCopy& c : out.swap_out) kv.read_block(c.from_block, swap_space.data() + c.to_block * n);
   for (const BlockCopy& c : out.swap_in) kv.write_block(c.to_block, swap_space.data() + c.from_block * n);
 }

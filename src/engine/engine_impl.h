@@ -24,7 +24,7 @@ struct Engine::Impl {
       : model(m), options(o), registry(r), kv(std::move(storage)),
         kv_manager(o.n_kv_blocks, o.block_size, o.n_swap_blocks),
         scheduler(o.scheduler, kv_manager),
-        swap_space(static_cast<size_t>(o.n_swap_blocks) * kv.floats_per_block()) {
+        swap_space(static_cast<size_t>(o.n_swap_blocks) * kv.words_per_block()) {
     if (registry) metrics = std::make_unique<EngineMetrics>(*registry);
   }
 
@@ -58,7 +58,7 @@ struct Engine::Impl {
   KvCacheStorage kv;
   PagedKvManager kv_manager;
   Scheduler scheduler;
-  std::vector<float> swap_space;  // [n_swap_blocks, floats_per_block]
+  std::vector<float> swap_space;  // [n_swap_blocks, words_per_block]
 
   // Shared with other threads, under mu.
   mutable std::mutex mu;

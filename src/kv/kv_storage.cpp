@@ -2,16 +2,28 @@
 
 namespace helios {
 
-int64_t KvCacheStorage::bytes_per_block(const ModelConfig& config, int32_t block_size) {
-  // K and V, every layer, f32.
-  return 2LL * config.n_layer * block_size * config.kv_dim() * static_cast<int64_t>(sizeof(float));
+int64_t KvCacheStorage::bytes_per_block(const ModelConfig& config, int32_t block_size, kernels::KvType type) {
+  // K and V, every layer.
+  return 2LL * config.n_layer * block_size * config.kv_dim() * kernels::kv_type_bytes(type);
 }
 
 StatusOr<KvCacheStorage> KvCacheStorage::create(Backend& backend, const ModelConfig& config,
-                                                int32_t n_blocks, int32_t block_size) {
+                                                int32_t n_blocks, int32_t block_size, kernels::KvType type) {
   if (n_blocks <= 0 || block_size <= 0) {
     return invalid_argument("KV cache needs n_blocks > 0 and block_size > 0 (got " +
                             std::to_string(n_blocks) + ", " + std::to_string(block_size) + ")");
+  }
+  if (!backend.supports_kv_type(type)) {
+    return invalid_argument("the " + backend.name() + " backend has no " +
+                            (type == kernels::KvType::kF16 ? "f16" : "f32") +
+                            " KV cache; set engine.kv_cache_type to f32");
+  }
+  // Blocks are swapped as whole 4-byte words, so an f16 block must hold an even count of values
+  // (true whenever head_dim is even, as in every real model).
+  if (type == kernels::KvType::kF16 && (static_cast<int64_t>(block_size) * config.kv_dim()) % 2 != 0) {
+    return invalid_argument("an f16 KV cache needs block_size × n_kv_heads × head_dim even (got " +
+                            std::to_string(block_size) + " × " + std::to_string(config.kv_dim()) +
+                            "); set engine.kv_cache_type to f32");
   }
   KvCacheStorage s;
   s.backend_ = &backend;
@@ -19,13 +31,14 @@ StatusOr<KvCacheStorage> KvCacheStorage::create(Backend& backend, const ModelCon
   s.block_size_ = block_size;
   s.n_kv_heads_ = config.n_head_kv;
   s.head_dim_ = config.head_dim;
-  const size_t per_layer = static_cast<size_t>(n_blocks) * block_size * config.kv_dim();
+  s.type_ = type;
+  const size_t per_layer = static_cast<size_t>(n_blocks) * s.words_per_layer_block();
   for (int32_t l = 0; l < config.n_layer; ++l) {
     s.k_.emplace_back(&backend, per_layer);
     s.v_.emplace_back(&backend, per_layer);
     if (s.k_.back().empty() || s.v_.back().empty()) {
       return resource_exhausted("cannot allocate the KV cache: " + std::to_string(n_blocks) +
-                                " blocks × " + std::to_string(bytes_per_block(config, block_size)) +
+                                " blocks × " + std::to_string(bytes_per_block(config, block_size, type)) +
                                 " bytes on " + backend.name() + "; use fewer blocks");
     }
   }
@@ -33,15 +46,19 @@ StatusOr<KvCacheStorage> KvCacheStorage::create(Backend& backend, const ModelCon
 }
 
 kernels::PagedKV KvCacheStorage::layer(int32_t l) const {
-  return {k_[l].data(), v_[l].data(), n_blocks_, block_size_, n_kv_heads_, head_dim_};
+  return {k_[l].data(), v_[l].data(), n_blocks_, block_size_, n_kv_heads_, head_dim_, type_};
 }
 
-int64_t KvCacheStorage::floats_per_block() const {
-  return 2 * static_cast<int64_t>(k_.size()) * block_size_ * n_kv_heads_ * head_dim_;
+int64_t KvCacheStorage::words_per_layer_block() const {
+  return static_cast<int64_t>(block_size_) * n_kv_heads_ * head_dim_ * kernels::kv_type_bytes(type_) / 4;
+}
+
+int64_t KvCacheStorage::words_per_block() const {
+  return 2 * static_cast<int64_t>(k_.size()) * words_per_layer_block();
 }
 
 void KvCacheStorage::read_block(int32_t block_id, float* host_dst) const {
-  const int64_t n = static_cast<int64_t>(block_size_) * n_kv_heads_ * head_dim_;
+  const int64_t n = words_per_layer_block();
   for (size_t l = 0; l < k_.size(); ++l) {
     backend_->download(host_dst, k_[l].data() + block_id * n, n);
     backend_->download(host_dst + n, v_[l].data() + block_id * n, n);
@@ -50,7 +67,7 @@ void KvCacheStorage::read_block(int32_t block_id, float* host_dst) const {
 }
 
 void KvCacheStorage::write_block(int32_t block_id, const float* host_src) {
-  const int64_t n = static_cast<int64_t>(block_size_) * n_kv_heads_ * head_dim_;
+  const int64_t n = words_per_layer_block();
   for (size_t l = 0; l < k_.size(); ++l) {
     backend_->upload(k_[l].data() + block_id * n, host_src, n);
     backend_->upload(v_[l].data() + block_id * n, host_src + n, n);

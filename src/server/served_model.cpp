@@ -69,13 +69,15 @@ StatusOr<std::unique_ptr<ServedModel>> load_served_model(const ModelEntryConfig&
   HELIOS_ASSIGN_OR_RETURN(EngineOptions engine_options, plan_engine(engine, *served->model, n_models, entry.name));
   engine_options.on_fault = std::move(on_fault);
   const int64_t kv_bytes = static_cast<int64_t>(engine_options.n_kv_blocks) *
-                           KvCacheStorage::bytes_per_block(model.kv_config(), engine_options.block_size);
+                           KvCacheStorage::bytes_per_block(model.kv_config(), engine_options.block_size,
+                                                                           engine_options.kv_type);
   served->context_tokens = static_cast<int32_t>(std::min<int64_t>(
       c.n_ctx_train, static_cast<int64_t>(engine_options.n_kv_blocks) * engine_options.block_size));
-  spdlog::info("{}: {} layers, {:.1f}M parameters on {}; KV cache {} blocks × {} tokens ({:.0f} MiB), "
+  spdlog::info("{}: {} layers, {:.1f}M parameters on {}; KV cache {} blocks × {} tokens ({:.0f} MiB, {}), "
                "context {} tokens", entry.name, c.n_layer, model.weights().n_params / 1e6,
                served->backend->name(), engine_options.n_kv_blocks, engine_options.block_size,
-               static_cast<double>(kv_bytes) / 1048576.0, served->context_tokens);
+               static_cast<double>(kv_bytes) / 1048576.0,
+               engine_options.kv_type == kernels::KvType::kF16 ? "f16" : "f32", served->context_tokens);
   HELIOS_ASSIGN_OR_RETURN(served->engine, Engine::start(*served->model, engine_options, &metrics));
   return served;
 }

@@ -47,6 +47,7 @@ class CpuBackend final : public Backend {
   bool supports_weight_type(TensorType type) const override {
     return type == TensorType::kF32 || kernels::ref_quantized_weight_type(static_cast<uint32_t>(type));
   }
+  bool supports_kv_type(kernels::KvType) const override { return true; }  // f32 and f16
   // Embedding tables stay in the file's type too: a token's row is dequantized when it is looked up.
   bool supports_embedding_type(TensorType type) const override { return supports_weight_type(type); }
   void embedding_rows(const int32_t* tokens, int32_t n_tokens, const WeightMatrix& table, float* out) override {
@@ -86,9 +87,18 @@ class CpuBackend final : public Backend {
   void paged_attention(const float* q, const kernels::PagedKV& cache,
                        const kernels::AttentionPlan& plan, int32_t n_heads, float scale,
                        float* out) override {
-    // (token, head) pairs, so that a single decoding token still uses every thread.
+    const kernels::CpuAttentionWork work =
+        kernels::cpu_attention_work(plan, n_heads, cache.n_kv_heads, cache.head_dim, pool_.size());
+    attention_parts_.resize(static_cast<size_t>(work.workspace_floats));
+    // One share of items per thread, strided (see cpu_paged_attention).
+    pool_.parallel_for(pool_.size(), [&](int64_t begin, int64_t end) {
+      for (int64_t share = begin; share < end; ++share)
+        kernels::cpu_paged_attention(q, cache, plan, n_heads, scale, work, share, pool_.size(),
+                                     attention_parts_.data(), out);
+    });
+    if (work.n_splits == 1) return;
     pool_.parallel_for(static_cast<int64_t>(plan.n_tokens) * n_heads, [&](int64_t begin, int64_t end) {
-      kernels::ref_paged_attention(q, cache, plan, n_heads, scale, begin, end, out);
+      kernels::cpu_attention_merge(plan, n_heads, cache.head_dim, work, attention_parts_.data(), begin, end, out);
     });
   }
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override {
@@ -99,6 +109,7 @@ class CpuBackend final : public Backend {
  private:
   ThreadPool pool_;
   std::vector<uint8_t> activations_;  // quantized rows of x for the current matmul
+  std::vector<float> attention_parts_;  // partial results of split attention contexts
 };
 
 }  // namespace

@@ -50,8 +50,8 @@ TEST(ConfigErrors, TopLevelMustBeAMap) {
 TEST(ConfigErrors, UnknownKeySuggestsTheClosest) {
   EXPECT_EQ(config_error(with_model("engine:\n  threads: 2\n  blok_size: 16\n")),
             "cfg.yaml:6:3: engine.blok_size: unknown key; did you mean 'block_size'? Valid "
-            "'engine' keys: backend, threads, kv_cache, block_size, max_batched_tokens, max_seqs, "
-            "queue_limit, preemption, swap_space");
+            "'engine' keys: backend, threads, kv_cache, kv_cache_type, block_size, max_batched_tokens, "
+            "max_seqs, queue_limit, preemption, swap_space");
 }
 
 TEST(ConfigErrors, UnknownTopLevelKey) {
@@ -118,8 +118,8 @@ TEST(ConfigErrors, MapWhereListExpected) {
 
 TEST(ConfigErrors, ListWhereMapExpected) {
   EXPECT_EQ(config_error(with_model("engine:\n  - threads: 2\n")),
-            "cfg.yaml:5:3: engine: expected a map of keys (backend, threads, kv_cache, block_size, "
-            "max_batched_tokens, max_seqs, queue_limit, preemption, swap_space), got a list");
+            "cfg.yaml:5:3: engine: expected a map of keys (backend, threads, kv_cache, kv_cache_type, "
+            "block_size, max_batched_tokens, max_seqs, queue_limit, preemption, swap_space), got a list");
 }
 
 TEST(ConfigErrors, MapWhereScalarExpected) {

@@ -194,5 +194,21 @@ TEST(ConfigRoundTrip, KvCacheForms) {
   EXPECT_DOUBLE_EQ(kv("12.5%").kv_cache_fraction, 0.125);
 }
 
+TEST(ConfigRoundTrip, KvCacheTypes) {
+  const auto type = [](const std::string& yaml) {
+    StatusOr<HeliosConfig> parsed = parse_config(with_model(yaml), "cfg.yaml");
+    EXPECT_TRUE(parsed.ok()) << yaml << ": " << parsed.status().to_string();
+    return parsed.ok() ? parsed->engine.kv_cache_type : std::nullopt;
+  };
+  EXPECT_EQ(type("engine:\n  threads: 1\n"), std::nullopt);  // auto
+  EXPECT_EQ(type("engine:\n  kv_cache_type: auto\n"), std::nullopt);
+  EXPECT_EQ(type("engine:\n  kv_cache_type: f16\n"), kernels::KvType::kF16);
+  EXPECT_EQ(type("engine:\n  kv_cache_type: f32\n"), kernels::KvType::kF32);
+  StatusOr<HeliosConfig> bad = parse_config(with_model("engine:\n  kv_cache_type: q8\n"), "cfg.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("engine.kv_cache_type"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("f16"), std::string::npos) << bad.status().message();
+}
+
 }  // namespace
 }  // namespace helios::testing

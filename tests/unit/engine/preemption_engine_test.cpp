@@ -110,7 +110,7 @@ TEST(EnginePreemption, BatchSyncRecomputeWithKnownExitsRebuildsTheSameKv) {
     batch.seqs.push_back(std::move(e));
     EXPECT_TRUE(model.forward(batch, *kv2).ok());
     // The largest K/V difference over every layer and computed position.
-    const int64_t per_block = kv->floats_per_block(), row = c.kv_dim();
+    const int64_t per_block = kv->words_per_block(), row = c.kv_dim();
     std::vector<float> a(per_block), b(per_block);
     float worst = 0;
     const auto n_positions = static_cast<int32_t>(seqs[0].size()) - 1;
@@ -140,11 +140,14 @@ std::vector<PolicyCase> policies() {
           {"self-speculative", rule_of(ExitPolicy::kSelfSpeculative, 0.9f, 2)}};
 }
 
-void expect_preemption_changes_nothing(PreemptionMode mode, int32_t n_swap_blocks) {
+void expect_preemption_changes_nothing(PreemptionMode mode, int32_t n_swap_blocks,
+                                       kernels::KvType kv_type = kernels::KvType::kF32) {
   constexpr int32_t kTokens = 60;  // 4 sequences of ~65 tokens: 5 blocks each, 20 in all
   for (const PolicyCase& p : policies()) {
-    Served roomy(engine_options(64), kExits);
-    Served tight(engine_options(12, 512, mode, n_swap_blocks), kExits);
+    EngineOptions roomy_options = engine_options(64), tight_options = engine_options(12, 512, mode, n_swap_blocks);
+    roomy_options.kv_type = tight_options.kv_type = kv_type;
+    Served roomy(roomy_options, kExits);
+    Served tight(tight_options, kExits);
     if (!roomy.engine || !tight.engine) return;
     const std::vector<Outcome> want = serve_all(roomy, p.rule, kTokens);
     const std::vector<Outcome> got = serve_all(tight, p.rule, kTokens);
@@ -165,6 +168,12 @@ TEST(EnginePreemption, RecomputeGivesTheSameTokensAndExitsUnderEveryPolicy) {
 
 TEST(EnginePreemption, SwapGivesTheSameTokensAndExitsUnderEveryPolicy) {
   expect_preemption_changes_nothing(PreemptionMode::kSwap, 64);
+}
+
+// An f16 cache swaps its blocks as raw words, and recompute rewrites the same rounded values.
+TEST(EnginePreemption, AnF16CacheSwapsAndRecomputesWithoutChangingTheTokens) {
+  expect_preemption_changes_nothing(PreemptionMode::kSwap, 64, kernels::KvType::kF16);
+  expect_preemption_changes_nothing(PreemptionMode::kRecompute, 0, kernels::KvType::kF16);
 }
 
 TEST(EnginePreemption, TheRulesThatReplayReallyLeaveEarly) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/ref/fp16.h"
 
 namespace helios {
 namespace {
@@ -93,6 +94,105 @@ TEST_P(PagedAttention, EqualsContiguousAttention) {
 INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttention,
                          ::testing::Values(Shape{4, 4, 8, 16}, Shape{8, 4, 16, 16}, Shape{8, 2, 8, 4},
                                            Shape{9, 3, 64, 16}, Shape{4, 1, 32, 1}));
+
+
+// The CPU backend's kernel against the reference, for f32 and f16 caches: query-head groups from
+// 1 to 9 (register-blocked up to 8, generic beyond), a head size that is not a multiple of 8, and
+// contexts long enough to be split across threads (merged afterwards).
+struct CpuShape {
+  int n_heads, n_kv_heads, head_dim, block_size, n_threads;
+};
+
+class CpuPagedAttention : public ::testing::TestWithParam<CpuShape> {};
+
+TEST_P(CpuPagedAttention, MatchesTheReference) {
+  const CpuShape s = GetParam();
+  const std::vector<int> lengths = {1, 700, 2, 1300};  // context of each sequence's query
+  const int max_len = 1300, max_blocks = (max_len + s.block_size - 1) / s.block_size;
+  const int n_seqs = static_cast<int>(lengths.size()), n_blocks = n_seqs * max_blocks;
+  const int64_t kv_row = static_cast<int64_t>(s.n_kv_heads) * s.head_dim;
+  std::mt19937 rng(s.n_heads * 31 + s.head_dim);
+  std::normal_distribution<float> normal;
+  std::vector<int32_t> tables(n_seqs * max_blocks);
+  for (size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<int32_t>(i);
+  std::shuffle(tables.begin(), tables.end(), rng);
+
+  for (const kernels::KvType type : {kernels::KvType::kF32, kernels::KvType::kF16}) {
+    SCOPED_TRACE(type == kernels::KvType::kF16 ? "f16" : "f32");
+    const size_t n_values = static_cast<size_t>(n_blocks) * s.block_size * kv_row;
+    std::vector<float> k_cache(n_values), v_cache(n_values);  // f16 uses the first half of the bytes
+    kernels::PagedKV cache{k_cache.data(), v_cache.data(), n_blocks, s.block_size, s.n_kv_heads, s.head_dim, type};
+    // Every slot written through kv_write, so the f16 cache holds rounded values.
+    std::vector<float> k(n_values), v(n_values);
+    for (auto& x : k) x = normal(rng);
+    for (auto& x : v) x = normal(rng);
+    std::vector<int32_t> slots(static_cast<size_t>(n_blocks) * s.block_size);
+    for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<int32_t>(i);
+    kernels::ref_kv_write(k.data(), v.data(), slots.data(), static_cast<int32_t>(slots.size()), cache);
+
+    std::vector<int32_t> token_seq, positions;
+    for (int q = 0; q < n_seqs; ++q) {  // two queries per sequence: its last position and its first
+      token_seq.insert(token_seq.end(), {q, q});
+      positions.insert(positions.end(), {lengths[q] - 1, 0});
+    }
+    const int n_tokens = static_cast<int>(token_seq.size());
+    std::vector<float> queries(static_cast<size_t>(n_tokens) * s.n_heads * s.head_dim);
+    for (auto& x : queries) x = normal(rng);
+    const kernels::AttentionPlan plan{n_tokens, token_seq.data(), positions.data(), tables.data(), max_blocks};
+    const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+
+    std::vector<float> expected(queries.size()), out(queries.size(), NAN);
+    kernels::ref_paged_attention(queries.data(), cache, plan, s.n_heads, scale, 0,
+                                 static_cast<int64_t>(n_tokens) * s.n_heads, expected.data());
+    const kernels::CpuAttentionWork work =
+        kernels::cpu_attention_work(plan, s.n_heads, s.n_kv_heads, s.head_dim, s.n_threads);
+    std::vector<float> workspace(work.workspace_floats, NAN);
+    for (int share = 0; share < s.n_threads; ++share)
+      kernels::cpu_paged_attention(queries.data(), cache, plan, s.n_heads, scale, work, share, s.n_threads,
+                                   workspace.data(), out.data());
+    kernels::cpu_attention_merge(plan, s.n_heads, s.head_dim, work, workspace.data(), 0,
+                                 static_cast<int64_t>(n_tokens) * s.n_heads, out.data());
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], expected[i], 2e-5) << "value " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CpuPagedAttention,
+                         ::testing::Values(CpuShape{9, 3, 64, 16, 2}, CpuShape{14, 2, 64, 16, 2},
+                                           CpuShape{12, 2, 128, 16, 8}, CpuShape{8, 8, 16, 4, 64},
+                                           CpuShape{9, 1, 64, 16, 2}, CpuShape{4, 2, 12, 8, 16}));
+
+TEST(CpuPagedAttention, ManyTokensOrFewThreadsNeedNoSplit) {
+  std::vector<int32_t> seq(64, 0), pos(64);
+  for (int i = 0; i < 64; ++i) pos[i] = 1000 + i;
+  const std::vector<int32_t> table(80, 0);
+  const kernels::AttentionPlan prompt{64, seq.data(), pos.data(), table.data(), 80};
+  EXPECT_EQ(kernels::cpu_attention_work(prompt, 9, 3, 64, 2).n_splits, 1);
+  const kernels::AttentionPlan one{1, seq.data(), pos.data(), table.data(), 80};
+  const kernels::CpuAttentionWork decode = kernels::cpu_attention_work(one, 9, 3, 64, 2);
+  EXPECT_GT(decode.n_splits, 1);  // 3 items for 2 threads at a context of 1001
+  EXPECT_EQ(decode.n_items, 3 * decode.n_splits);
+  EXPECT_EQ(decode.workspace_floats, 9LL * decode.n_splits * (64 + 2));
+  pos[0] = 10;  // too short to be worth splitting
+  EXPECT_EQ(kernels::cpu_attention_work(one, 9, 3, 64, 2).n_splits, 1);
+}
+
+TEST(KvWrite, F16CacheHoldsTheRoundedValues) {
+  const int kv_row = 2 * 8;
+  std::vector<float> k(3 * kv_row), v(3 * kv_row);
+  for (size_t i = 0; i < k.size(); ++i) {
+    k[i] = 0.1f * static_cast<float>(i) - 1.3f;
+    v[i] = 65504.0f * (i % 2 ? 1 : -1) / static_cast<float>(i + 1);
+  }
+  std::vector<uint16_t> kc(4 * kv_row), vc(4 * kv_row);
+  kernels::PagedKV cache{kc.data(), vc.data(), 1, 4, 2, 8, kernels::KvType::kF16};
+  const int32_t slots[3] = {2, 0, 3};
+  kernels::ref_kv_write(k.data(), v.data(), slots, 3, cache);
+  for (int t = 0; t < 3; ++t)
+    for (int i = 0; i < kv_row; ++i) {
+      EXPECT_EQ(kc[slots[t] * kv_row + i], kernels::fp32_to_fp16(k[t * kv_row + i]));
+      EXPECT_EQ(vc[slots[t] * kv_row + i], kernels::fp32_to_fp16(v[t * kv_row + i]));
+    }
+}
 
 }  // namespace
 }  // namespace helios

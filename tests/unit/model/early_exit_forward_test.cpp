@@ -132,8 +132,8 @@ TEST(EarlyExitForward, FilledKvMatchesASlowReferenceFromTheExitState) {
       }
     }
     const kernels::PagedKV cache = f.kv->layer(j);  // CPU backend memory is host memory
-    const float* ck = cache.k + static_cast<size_t>(slot) * c.kv_dim();
-    const float* cv = cache.v + static_cast<size_t>(slot) * c.kv_dim();
+    const float* ck = static_cast<const float*>(cache.k) + static_cast<size_t>(slot) * c.kv_dim();
+    const float* cv = static_cast<const float*>(cache.v) + static_cast<size_t>(slot) * c.kv_dim();
     for (int o = 0; o < c.kv_dim(); ++o) {
       EXPECT_NEAR(ck[o], k[o], 1e-4f * (1 + std::fabs(k[o]))) << "layer " << j + 1 << " k[" << o << "]";
       EXPECT_NEAR(cv[o], v[o], 1e-4f * (1 + std::fabs(v[o]))) << "layer " << j + 1 << " v[" << o << "]";

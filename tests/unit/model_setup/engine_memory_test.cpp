@@ -19,6 +19,38 @@ ModelConfig config_with_layers(int32_t n_layer) {
   return c;
 }
 
+TEST(SizeKvCache, F16BlocksAreHalfTheBytes) {
+  EngineConfig engine;
+  engine.kv_cache_bytes = 1 << 20;
+  const ModelConfig c = config_with_layers(4);
+  auto f32 = size_kv_cache(engine, c, 1, 0, "m", kernels::KvType::kF32);
+  auto f16 = size_kv_cache(engine, c, 1, 0, "m", kernels::KvType::kF16);
+  ASSERT_TRUE(f32.ok() && f16.ok());
+  EXPECT_EQ(f16->bytes_per_block * 2, f32->bytes_per_block);
+  EXPECT_EQ(f16->n_blocks, 2 * f32->n_blocks);
+}
+
+TEST(ResolveKvType, AutoIsF16WhereTheBackendHasIt) {
+  EngineConfig engine;
+  const auto cpu = make_cpu_backend(1);
+  auto type = resolve_kv_type(engine, *cpu);
+  ASSERT_TRUE(type.ok());
+  EXPECT_EQ(*type, kernels::KvType::kF16);
+  engine.kv_cache_type = kernels::KvType::kF32;
+  EXPECT_EQ(*resolve_kv_type(engine, *cpu), kernels::KvType::kF32);
+}
+
+TEST(ResolveKvType, ABackendWithoutF16GetsF32OrAClearError) {
+  testing::LimitedBackend f32_only(1 << 20);  // takes f32 caches only, as the CUDA backend today
+  EngineConfig engine;
+  EXPECT_EQ(*resolve_kv_type(engine, f32_only), kernels::KvType::kF32);
+  engine.kv_cache_type = kernels::KvType::kF16;
+  auto refused = resolve_kv_type(engine, f32_only);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("engine.kv_cache_type"), std::string::npos);
+  EXPECT_NE(refused.status().message().find("f32"), std::string::npos);
+}
+
 TEST(SizeKvCache, ConfiguredBytesSharedByTheModels) {
   EngineConfig engine;
   engine.block_size = 16;
