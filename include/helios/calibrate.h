@@ -2,6 +2,9 @@
 // keep the hidden states at each exit and at the last layer, and fit per exit
 //   - an affine adapter h_k → h_L (kept only when it beats the logit lens on held-out tokens),
 //   - a logistic probe on h_k / rms(h_k) predicting "this exit's top-1 is the final top-1".
+//   - optionally, the adapter trained further by distillation (distill.h) from the ridge fit,
+// with the kept head the best of identity, ridge and distilled on held-out agreement; its
+// agreement curve (the `agreement` measure) fitted on half the held-out tokens, checked on the rest.
 // The result is an ExitHeadSet for save_exit_heads. Text loading and tokenizing into sequences
 // are shared with `helios eval` (evaluate.h).
 #pragma once
@@ -72,7 +75,20 @@ struct CalibrationOptions {
   int32_t probe_iterations = 25;
   int32_t held_out_every = 5;    // every 5th sequence (or token, with < 5 sequences) is held out
   double target_agreement = 0.9; // per-exit thresholds: the share of leaving tokens that must agree
+  bool distill = false;          // also train each adapter by distillation (slower: see distill.h)
+  int32_t distill_epochs = 6;
+  float distill_learning_rate = 2e-4f;
+  int32_t distill_rank = 32;     // DistillOptions::rank
+  int32_t teacher_top_k = 64;    // the teacher's tokens the sparse KL keeps
+  int32_t curve_points = 64;     // points of each exit's agreement curve
   ProgressLog log;
+};
+
+// How well a calibrated confidence means what it says on held-out tokens: of the tokens whose
+// agreement confidence reaches `threshold`, the share that agreed and the share of all tokens.
+struct CurveCheck {
+  float threshold = 0;
+  double agreed = 0, leaving = 0;
 };
 
 // One exit's calibration, measured on the held-out tokens.
@@ -80,7 +96,12 @@ struct ExitCalibration {
   int32_t layer = 0;
   double lens_agreement = 0;     // logit lens top-1 == final top-1
   double adapter_agreement = 0;  // fitted adapter top-1 == final top-1
-  bool adapter_kept = false;     // adapter_agreement > lens_agreement; else the head is the identity
+  bool adapter_kept = false;     // an adapter (ridge or distilled) beat the logit lens
+  double distilled_agreement = -1;  // the distilled adapter's (-1: not trained)
+  std::string kept = "identity"; // identity, ridge or distilled: the best on held-out agreement
+  double distill_seconds = 0, distill_kl_start = 0, distill_kl_best = 0;  // held-out sparse KL, nats
+  // The agreement curve (fitted on the even held-out tokens) at 0.5 .. 0.95 on the odd ones.
+  std::vector<CurveCheck> curve_checks;
   double probe_accuracy = 0;     // probe (score >= 0.5) predicts the kept head's agreement
   double base_rate = 0;          // fraction where the kept head agrees
   double threshold = 1;          // fitted top-1 threshold for target_agreement (1: never leave here)

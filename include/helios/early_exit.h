@@ -32,6 +32,8 @@ enum class ConfidenceMeasure {
   kEntropy,     // 1 - H(p) / log(n_vocab): 1 for a one-hot distribution, 0 for a uniform one
   kProbe,       // the calibrated logistic probe on h_k (cheap)
   kSaturation,  // cos(h_k, h_{k-1}) (cheap)
+  kAgreement,   // top-1 probability through the exit's agreement curve: the share of calibration
+                // tokens at or above it whose top-1 was the last layer's (from `helios calibrate`)
 };
 
 // Every policy and measure, in the order help texts and errors list them.
@@ -39,7 +41,7 @@ inline constexpr ExitPolicy kExitPolicies[] = {ExitPolicy::kFull, ExitPolicy::kP
                                                ExitPolicy::kFixedDepth, ExitPolicy::kSelfSpeculative};
 inline constexpr ConfidenceMeasure kConfidenceMeasures[] = {
     ConfidenceMeasure::kTop1Prob, ConfidenceMeasure::kMargin, ConfidenceMeasure::kEntropy,
-    ConfidenceMeasure::kProbe, ConfidenceMeasure::kSaturation};
+    ConfidenceMeasure::kProbe, ConfidenceMeasure::kSaturation, ConfidenceMeasure::kAgreement};
 inline constexpr int32_t kMaxDraftTokens = 16;  // self-speculative tokens drafted per verification
 
 // What each policy does, in one table: the forward pass, the engine, the config and the server
@@ -142,6 +144,12 @@ struct ExitHeadParams {
   // the calibration's target share of held-out tokens; 1 when no threshold reaches it, 0 when
   // not calibrated.
   float threshold = 0;
+  // The agreement curve (the kAgreement measure): top-1 probabilities, ascending, and for each the
+  // share of calibration tokens with a top-1 probability at least that high whose top-1 was the
+  // last layer's, made non-decreasing (so a threshold t on it lets through tokens of which at least
+  // t agreed). Empty when not calibrated.
+  std::vector<float> curve_prob, curve_agreement;
+  std::string kind = "identity";  // how the adapter was fitted: identity, ridge, distilled
   // Calibration summary, for display.
   float agreement = 0;       // exit top-1 == final top-1, over the calibration tokens
   float probe_accuracy = 0;  // on the held-out calibration tokens
@@ -164,6 +172,14 @@ StatusOr<ExitHeadSet> load_exit_heads(const std::string& path, const ModelConfig
 
 // sigmoid(w · h / rms(h) + b); 0 when the head has no probe.
 float probe_score(const ExitHeadParams& head, const float* hidden, int32_t n_embd);
+// top1_prob through the head's agreement curve (linear between its points, flat beyond them);
+// top1_prob itself when the head has no curve.
+float agreement_confidence(const ExitHeadParams& head, float top1_prob);
+// The agreement curve of (top-1 probability, agreed) pairs: at most `points` points at quantiles
+// of the probabilities, each the share of pairs at or above it that agreed, then made
+// non-decreasing from the top down (min over higher points), so it never overstates.
+void fit_agreement_curve(const std::vector<float>& top1_prob, const std::vector<uint8_t>& agrees, int32_t points,
+                         std::vector<float>* curve_prob, std::vector<float>* curve_agreement);
 float cosine_similarity(const float* a, const float* b, int32_t n);
 
 // --- Fitting (calibration)

@@ -18,6 +18,13 @@ int cmd_calibrate(int argc, char** argv) {
             "onto the last layer's hidden state, kept only if its top-1 agrees with the full model's\n"
             "more often than the plain logit lens does on held-out text (every 5th sequence), and a\n"
             "logistic probe that predicts that agreement from h_k alone (the `probe` measure).\n"
+            "With --distill each adapter is then trained further, from the ridge fit, by distillation:\n"
+            "minimising the KL divergence from the last layer's next-token distribution to the exit's\n"
+            "through the frozen final norm and LM head (the best of identity, ridge and distilled on\n"
+            "held-out agreement is kept). Every exit also gets an agreement curve: the `agreement`\n"
+            "measure maps its top-1 probability to the share of calibration tokens at least that\n"
+            "confident whose top-1 was the last layer's, so --threshold 0.9 means 90% of leaving\n"
+            "tokens agree.\n"
             "Text: plain text (one document per paragraph) or JSON/JSONL (ShareGPT conversations,\n"
             "GSM8K question/answer, prompt/text fields).",
             "--text FILE");
@@ -29,9 +36,16 @@ int cmd_calibrate(int argc, char** argv) {
       .option("ridge", "R", "adapter ridge penalty (relative to the fit tokens)", "1e-3")
       .option("probe-l2", "L", "probe L2 penalty", "0.1")
       .option("target-agreement", "A", "per-exit thresholds: the share of leaving tokens whose top-1 must be the "
-                                       "full model's (policy per-token with --threshold calibrated uses them)", "0.9");
+                                       "full model's (policy per-token with --threshold calibrated uses them)", "0.9")
+      .option("distill", "", "train each adapter by distillation as well (minutes on 2 cores; progress per epoch)")
+      .option("distill-epochs", "N", "distillation passes over the fit tokens (the best held-out one is kept)", "6")
+      .option("distill-lr", "LR", "distillation's Adam learning rate", "2e-4")
+      .option("teacher-top-k", "K", "the last layer's most likely tokens the sparse KL keeps", "64")
+      .option("distill-rank", "R", "distillation trains ridge + diagonal + a rank-R product; 0 = the whole matrix", "32");
   args.example("helios calibrate --model models/SmolLM2-135M-Instruct.Q4_1.gguf --exits 4,8,12,16,20,24,28 \\\n"
                "      --text ../shared/data/sharegpt/mlenergy_ShareGPT_V3_filtered_1000_prompts.json")
+      .example("helios calibrate --model models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf --exits 7,14,21 --distill \\\n"
+               "      --text tests/data/sharegpt/ShareGPT_V3_filtered_first80_prompts.json --max-tokens 4096")
       .example("helios calibrate --model models/stories260K.gguf --exits 1,2,3,4 --text stories.txt --out /tmp/s.exits.gguf");
   // --text may repeat: collect every occurrence before the parser keeps the last.
   std::vector<std::string> texts;
@@ -65,6 +79,19 @@ int cmd_calibrate(int argc, char** argv) {
     if (!(l2 >= 0)) return invalid_argument("--probe-l2 must be >= 0");
     opt.ridge = static_cast<float>(ridge);
     opt.probe_l2 = static_cast<float>(l2);
+    opt.distill = args.has("distill");
+    HELIOS_ASSIGN_OR_RETURN(int64_t epochs, args.integer("distill-epochs"));
+    HELIOS_ASSIGN_OR_RETURN(double lr, args.number("distill-lr"));
+    HELIOS_ASSIGN_OR_RETURN(int64_t top_k, args.integer("teacher-top-k"));
+    HELIOS_ASSIGN_OR_RETURN(int64_t rank, args.integer("distill-rank"));
+    if (rank < 0 || rank > 4096) return invalid_argument("--distill-rank must be 0..4096");
+    opt.distill_rank = static_cast<int32_t>(rank);
+    if (epochs < 1 || epochs > 1000) return invalid_argument("--distill-epochs must be 1..1000");
+    if (!(lr > 0 && lr < 1)) return invalid_argument("--distill-lr must be in (0, 1)");
+    if (top_k < 1 || top_k > 4096) return invalid_argument("--teacher-top-k must be 1..4096");
+    opt.distill_epochs = static_cast<int32_t>(epochs);
+    opt.distill_learning_rate = static_cast<float>(lr);
+    opt.teacher_top_k = static_cast<int32_t>(top_k);
     return ok_status();
   };
   if (Status s = parse_all(); !s.ok()) return usage_error("calibrate", s.message());
@@ -107,6 +134,12 @@ int cmd_calibrate(int argc, char** argv) {
   std::printf("%s", calibration_table(*result).c_str());
   int n_identity = 0;
   for (const auto& e : result->exits) n_identity += !e.adapter_kept;
+  if (opt.distill) {
+    for (const auto& e : result->exits) {
+      std::printf("exit %d: distilled in %.1f s, held-out sparse KL %.4f -> %.4f nats\n", e.layer, e.distill_seconds,
+                  e.distill_kl_start, e.distill_kl_best);
+    }
+  }
   std::printf("\n%lld calibration tokens (%lld fit, %lld held out); agreement = exit top-1 == final top-1.\n",
               static_cast<long long>(data->n_tokens()), static_cast<long long>(result->exits[0].n_fit),
               static_cast<long long>(result->exits[0].n_held_out));

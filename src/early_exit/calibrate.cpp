@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "helios/distill.h"
 #include "helios/sampler.h"
 
 namespace helios {
@@ -215,6 +216,19 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
   for (size_t i = 0; i < held_rows.size(); ++i) final_held[i] = data.final_top1[held_rows[i]];
   const std::vector<float> y_fit = gather_rows(data.states.back(), fit_rows, d);
 
+  // Distillation's frozen head and the teacher's targets, once for every exit.
+  HostHead host;
+  TeacherTargets teacher_fit, teacher_held;
+  if (opt.distill) {
+    const auto t0 = Clock::now();
+    HELIOS_ASSIGN_OR_RETURN(host, host_head(model));
+    const std::vector<float> y_held = gather_rows(data.states.back(), held_rows, d);
+    teacher_fit = teacher_targets(host, y_fit.data(), static_cast<int64_t>(fit_rows.size()), opt.teacher_top_k);
+    teacher_held = teacher_targets(host, y_held.data(), static_cast<int64_t>(held_rows.size()), opt.teacher_top_k);
+    say(opt.log, fmt("calibrate: teacher targets (top %.0f of the last layer) for %.0f tokens in %.1f s",
+                     opt.teacher_top_k, static_cast<double>(n), seconds_since(t0)));
+  }
+
   CalibrationResult result;
   result.heads.model_name = c.name;
   result.heads.n_layer = c.n_layer;
@@ -229,37 +243,97 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
     cal.n_fit = static_cast<int64_t>(fit_rows.size());
     cal.n_held_out = static_cast<int64_t>(held_rows.size());
 
-    // Adapter vs logit lens on the held-out tokens.
+    // Ridge adapter, then (optionally) distilled from it, against the logit lens on the held-out
+    // tokens, each measured through the model's own LM head.
     std::vector<float> w, b;
     HELIOS_RETURN_IF_ERROR(fit_affine_adapter(x_fit.data(), y_fit.data(), cal.n_fit, d, opt.ridge, &w, &b));
-    const double adapter_s = seconds_since(t0);
-    std::vector<float> lens_prob, adapter_prob;
+    std::vector<float> lens_prob, ridge_prob, kept_prob;
     HELIOS_ASSIGN_OR_RETURN(auto lens_held, exit_head_top1(model, x_held.data(), cal.n_held_out, {}, {}, &lens_prob));
-    HELIOS_ASSIGN_OR_RETURN(auto adapter_held, exit_head_top1(model, x_held.data(), cal.n_held_out, w, b, &adapter_prob));
+    HELIOS_ASSIGN_OR_RETURN(auto ridge_held, exit_head_top1(model, x_held.data(), cal.n_held_out, w, b, &ridge_prob));
     std::vector<int64_t> held_index(held_rows.size());
     for (size_t i = 0; i < held_index.size(); ++i) held_index[i] = static_cast<int64_t>(i);
     cal.lens_agreement = agreement(lens_held, final_held, held_index);
-    cal.adapter_agreement = agreement(adapter_held, final_held, held_index);
-    cal.adapter_kept = cal.adapter_agreement > cal.lens_agreement;
+    cal.adapter_agreement = agreement(ridge_held, final_held, held_index);
+    const double adapter_s = seconds_since(t0);
+    std::vector<int32_t> kept_held = lens_held;
+    kept_prob = lens_prob;
+    double best = cal.lens_agreement;
+    if (cal.adapter_agreement > best) {
+      cal.kept = "ridge";
+      best = cal.adapter_agreement;
+      kept_held = ridge_held;
+      kept_prob = ridge_prob;
+    }
+    if (opt.distill) {
+      std::vector<float> wd = w, bd = b;
+      DistillOptions dopt;
+      dopt.epochs = opt.distill_epochs;
+      dopt.learning_rate = opt.distill_learning_rate;
+      dopt.rank = opt.distill_rank;
+      dopt.log = opt.log;
+      HELIOS_ASSIGN_OR_RETURN(DistillReport rep, distill_adapter(host, x_fit.data(), teacher_fit, x_held.data(),
+                                                                 teacher_held, dopt, &wd, &bd));
+      cal.distill_seconds = rep.seconds;
+      cal.distill_kl_start = rep.held_kl_start;
+      cal.distill_kl_best = rep.held_kl_best;
+      std::vector<float> distilled_prob;
+      HELIOS_ASSIGN_OR_RETURN(auto distilled_held,
+                              exit_head_top1(model, x_held.data(), cal.n_held_out, wd, bd, &distilled_prob));
+      cal.distilled_agreement = agreement(distilled_held, final_held, held_index);
+      if (cal.distilled_agreement > best) {
+        cal.kept = "distilled";
+        best = cal.distilled_agreement;
+        kept_held = std::move(distilled_held);
+        kept_prob = std::move(distilled_prob);
+        w = std::move(wd);
+        b = std::move(bd);
+      }
+    }
+    cal.adapter_kept = cal.kept != "identity";
     if (!cal.adapter_kept) {
       w.clear();
       b.clear();
     }
-    const std::vector<int32_t>& kept_held = cal.adapter_kept ? adapter_held : lens_held;
 
     // The exit's threshold: how confident its top-1 must be to be the final layer's often enough.
     std::vector<uint8_t> agrees_held(held_rows.size());
     for (size_t i = 0; i < held_rows.size(); ++i) agrees_held[i] = kept_held[i] == final_held[i];
-    cal.threshold = fit_exit_threshold(cal.adapter_kept ? adapter_prob : lens_prob, agrees_held,
+    cal.threshold = fit_exit_threshold(kept_prob, agrees_held,
                                        opt.target_agreement, std::max<int64_t>(10, cal.n_held_out / 100),
                                        &cal.coverage);
 
     // Probe: does the kept head agree with the final layer? Labels on the fit tokens need the
     // kept head there too.
-    HELIOS_ASSIGN_OR_RETURN(auto kept_fit, exit_head_top1(model, x_fit.data(), cal.n_fit, w, b));
+    std::vector<float> kept_fit_prob;
+    HELIOS_ASSIGN_OR_RETURN(auto kept_fit, exit_head_top1(model, x_fit.data(), cal.n_fit, w, b, &kept_fit_prob));
     const double heads_s = seconds_since(t0) - adapter_s;
     std::vector<uint8_t> label_fit(fit_rows.size());
     for (size_t i = 0; i < fit_rows.size(); ++i) label_fit[i] = kept_fit[i] == final_fit[i];
+    ExitHeadParams head;
+    head.layer = layer;
+    head.kind = cal.kept;
+    // The agreement curve: fitted on every other held-out token and checked on the rest (the
+    // fit tokens would flatter a head trained on them).
+    std::vector<float> curve_fit_prob;
+    std::vector<uint8_t> curve_fit_agrees;
+    for (int64_t i = 0; i < cal.n_held_out; i += 2) {
+      curve_fit_prob.push_back(kept_prob[i]);
+      curve_fit_agrees.push_back(agrees_held[i]);
+    }
+    fit_agreement_curve(curve_fit_prob, curve_fit_agrees, opt.curve_points, &head.curve_prob, &head.curve_agreement);
+    const int64_t n_check = cal.n_held_out / 2;
+    for (float t = 0.5f; t < 0.96f; t += 0.05f) {
+      CurveCheck check{t, 0, 0};
+      int64_t leaving = 0, agreed = 0;
+      for (int64_t i = 1; i < cal.n_held_out; i += 2) {
+        if (agreement_confidence(head, kept_prob[i]) < t) continue;
+        ++leaving;
+        agreed += agrees_held[i];
+      }
+      check.leaving = n_check ? static_cast<double>(leaving) / static_cast<double>(n_check) : 0.0;
+      check.agreed = leaving ? static_cast<double>(agreed) / static_cast<double>(leaving) : 1.0;
+      cal.curve_checks.push_back(check);
+    }
     for (int64_t i = 0; i < cal.n_fit; ++i) {  // features h / rms(h), as probe_score reads them
       float* row = x_fit.data() + i * d;
       double sum_sq = 0;
@@ -267,8 +341,6 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
       const auto inv_rms = static_cast<float>(1.0 / std::sqrt(sum_sq / d + 1e-6));
       for (int32_t j = 0; j < d; ++j) row[j] *= inv_rms;
     }
-    ExitHeadParams head;
-    head.layer = layer;
     HELIOS_RETURN_IF_ERROR(fit_logistic_probe(x_fit.data(), label_fit.data(), cal.n_fit, d, opt.probe_l2,
                                               opt.probe_iterations, &head.probe_weight, &head.probe_bias));
     int64_t correct = 0, agree = 0;
@@ -282,32 +354,40 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
 
     head.adapter_weight = std::move(w);
     head.adapter_bias = std::move(b);
-    head.agreement = static_cast<float>(cal.adapter_kept ? cal.adapter_agreement : cal.lens_agreement);
+    head.agreement = static_cast<float>(best);
     head.probe_accuracy = static_cast<float>(cal.probe_accuracy);
     head.threshold = static_cast<float>(cal.threshold);
     head.n_tokens = n;
     result.heads.heads.push_back(std::move(head));
     result.exits.push_back(cal);
-    say(opt.log, fmt("calibrate: exit %.0f: logit lens %.3f, adapter %.3f, probe %.3f", layer, cal.lens_agreement,
+    say(opt.log, fmt("calibrate: exit %.0f: logit lens %.3f, ridge %.3f, probe %.3f", layer, cal.lens_agreement,
                      cal.adapter_agreement, cal.probe_accuracy) +
-                     fmt(", threshold %.3f covering %.3f", cal.threshold, cal.coverage) +
-                     (cal.adapter_kept ? " (adapter kept" : " (identity kept") +
-                     fmt("; %.1f s: adapter %.1f, heads %.1f, probe %.1f)", seconds_since(t0), adapter_s, heads_s,
-                         seconds_since(t0) - adapter_s - heads_s));
+                     (opt.distill ? fmt(", distilled %.3f", cal.distilled_agreement) : std::string()) +
+                     fmt(", threshold %.3f covering %.3f", cal.threshold, cal.coverage) + " (" + cal.kept + " kept" +
+                     fmt("; %.1f s: ridge %.1f, distill %.1f, probe %.1f)", seconds_since(t0), adapter_s,
+                         cal.distill_seconds, seconds_since(t0) - adapter_s - heads_s));
   }
   return result;
 }
 
 std::string calibration_table(const CalibrationResult& result) {
   std::string out =
-      "| layer | logit-lens agreement | adapter agreement (held-out) | head kept | probe accuracy (held-out) | base rate "
-      "| threshold | coverage |\n"
-      "|---:|---:|---:|:---|---:|---:|---:|---:|\n";
-  char line[256];
+      "| layer | logit-lens agreement | ridge agreement | distilled agreement | head kept | probe accuracy | base rate "
+      "| threshold | coverage | agreement ≥ 0.9: agreed / leaving |\n"
+      "|---:|---:|---:|---:|:---|---:|---:|---:|---:|---:|\n";
+  char line[320];
   for (const ExitCalibration& e : result.exits) {
-    std::snprintf(line, sizeof line, "| %d | %.1f%% | %.1f%% | %s | %.1f%% | %.1f%% | %.3f | %.1f%% |\n", e.layer,
-                  100 * e.lens_agreement, 100 * e.adapter_agreement, e.adapter_kept ? "adapter" : "identity",
-                  100 * e.probe_accuracy, 100 * e.base_rate, e.threshold, 100 * e.coverage);
+    char distilled[32] = "-";
+    if (e.distilled_agreement >= 0) std::snprintf(distilled, sizeof distilled, "%.1f%%", 100 * e.distilled_agreement);
+    char curve[48] = "-";
+    for (const CurveCheck& c : e.curve_checks) {
+      if (std::fabs(c.threshold - 0.9f) < 1e-3f) {
+        std::snprintf(curve, sizeof curve, "%.1f%% / %.1f%%", 100 * c.agreed, 100 * c.leaving);
+      }
+    }
+    std::snprintf(line, sizeof line, "| %d | %.1f%% | %.1f%% | %s | %s | %.1f%% | %.1f%% | %.3f | %.1f%% | %s |\n",
+                  e.layer, 100 * e.lens_agreement, 100 * e.adapter_agreement, distilled, e.kept.c_str(),
+                  100 * e.probe_accuracy, 100 * e.base_rate, e.threshold, 100 * e.coverage, curve);
     out += line;
   }
   return out;

@@ -81,6 +81,8 @@ float confidence_value(const ConfidenceStats& stats, ConfidenceMeasure measure, 
       const double normalized = stats.entropy / std::log(static_cast<double>(n_vocab));
       return static_cast<float>(std::clamp(1.0 - normalized, 0.0, 1.0));
     }
+    case ConfidenceMeasure::kAgreement:  // the exit's curve applies on top (agreement_confidence)
+      return stats.top1_prob;
     case ConfidenceMeasure::kProbe:
     case ConfidenceMeasure::kSaturation:
       // Computed from h_k (probe_score, cosine_similarity), not from logits: a caller bug.
@@ -114,6 +116,51 @@ float cosine_similarity(const float* a, const float* b, int32_t n) {
   }
   if (norm_a == 0 || norm_b == 0) return 0.0f;
   return static_cast<float>(std::clamp(dot / std::sqrt(norm_a * norm_b), -1.0, 1.0));
+}
+
+}  // namespace helios
+
+namespace helios {
+
+float agreement_confidence(const ExitHeadParams& head, float top1_prob) {
+  const std::vector<float>& xs = head.curve_prob;
+  const std::vector<float>& ys = head.curve_agreement;
+  if (xs.empty() || xs.size() != ys.size()) return top1_prob;
+  if (top1_prob <= xs.front()) return ys.front();
+  if (top1_prob >= xs.back()) return ys.back();
+  const size_t i = static_cast<size_t>(std::upper_bound(xs.begin(), xs.end(), top1_prob) - xs.begin());
+  const float span = xs[i] - xs[i - 1];
+  const float f = span > 0 ? (top1_prob - xs[i - 1]) / span : 1.0f;
+  return ys[i - 1] + f * (ys[i] - ys[i - 1]);
+}
+
+void fit_agreement_curve(const std::vector<float>& top1_prob, const std::vector<uint8_t>& agrees, int32_t points,
+                         std::vector<float>* curve_prob, std::vector<float>* curve_agreement) {
+  curve_prob->clear();
+  curve_agreement->clear();
+  const size_t n = std::min(top1_prob.size(), agrees.size());
+  if (n == 0 || points < 2) return;
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return top1_prob[a] > top1_prob[b]; });
+  // Walking down from the most confident, the share agreeing among those seen so far; sampled at
+  // quantiles, where no tie continues past the point.
+  std::vector<std::pair<float, float>> descending;
+  int64_t agreeing = 0;
+  const size_t step = std::max<size_t>(1, n / static_cast<size_t>(points));
+  for (size_t k = 0; k < n; ++k) {
+    agreeing += agrees[order[k]];
+    const bool tie_next = k + 1 < n && top1_prob[order[k + 1]] == top1_prob[order[k]];
+    if (tie_next || ((k + 1) % step != 0 && k + 1 != n)) continue;
+    descending.emplace_back(top1_prob[order[k]], static_cast<float>(agreeing) / static_cast<float>(k + 1));
+  }
+  // Non-decreasing in the probability: a point may claim no more than any point above it.
+  float cap = 1.0f;
+  for (auto& [p, share] : descending) cap = share = std::min(cap, share);
+  for (auto it = descending.rbegin(); it != descending.rend(); ++it) {
+    curve_prob->push_back(it->first);
+    curve_agreement->push_back(it->second);
+  }
 }
 
 }  // namespace helios

@@ -2,10 +2,13 @@
 // checked against the model it is loaded for.
 //
 // Metadata: general.architecture = "helios-exits", helios.exits.{model_name, n_layer, n_embd,
-// layers} and helios.exits.<layer>.{agreement, probe_accuracy, n_tokens, threshold (optional)}.
+// layers} and helios.exits.<layer>.{agreement, probe_accuracy, n_tokens, threshold (optional),
+// kind (optional)}.
 // Tensors (GGML dims order, row length first): exit.<layer>.adapter.weight [n_embd in, n_embd out],
-// exit.<layer>.adapter.bias [n_embd], exit.<layer>.probe.weight [n_embd], exit.<layer>.probe.bias [1].
-// An absent adapter is the identity; an absent probe means the exit has none.
+// exit.<layer>.adapter.bias [n_embd], exit.<layer>.probe.weight [n_embd], exit.<layer>.probe.bias [1],
+// exit.<layer>.curve.prob [k] and exit.<layer>.curve.agreement [k] (optional: the agreement curve).
+// An absent adapter is the identity; an absent probe means the exit has none. The optional parts
+// came later: files without them still load, as heads without a threshold, kind or curve.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -53,6 +56,12 @@ Status check_head(const ExitHeadParams& head, int32_t n_layer, int32_t n_embd, c
     return invalid_argument(where + layer + ": adapter has " + std::to_string(head.adapter_weight.size()) +
                             " weights and " + std::to_string(head.adapter_bias.size()) + " biases, expected " +
                             std::to_string(d * d) + " and " + std::to_string(d));
+  }
+  if (head.curve_prob.size() != head.curve_agreement.size() ||
+      !std::is_sorted(head.curve_prob.begin(), head.curve_prob.end())) {
+    return invalid_argument(where + layer + ": the agreement curve needs as many shares as probabilities (" +
+                            std::to_string(head.curve_prob.size()) + " and " +
+                            std::to_string(head.curve_agreement.size()) + "), the probabilities ascending");
   }
   if (!head.probe_weight.empty() && head.probe_weight.size() != d) {
     return invalid_argument(where + layer + ": probe has " + std::to_string(head.probe_weight.size()) +
@@ -107,6 +116,20 @@ StatusOr<ExitHeadParams> load_head(const GgufFile& file, int32_t layer, int32_t 
                           read_pair(file, tensor_name(layer, "probe.weight"), {d}, &head.probe_weight,
                                     tensor_name(layer, "probe.bias"), {1}, &probe_bias));
   if (has_probe) head.probe_bias = probe_bias[0];
+  if (const GgufTensorInfo* curve = file.find_tensor(tensor_name(layer, "curve.prob")); curve && !curve->dims.empty()) {
+    const std::vector<int64_t> dims = {curve->dims[0]};
+    HELIOS_RETURN_IF_ERROR(read_pair(file, tensor_name(layer, "curve.prob"), dims, &head.curve_prob,
+                                     tensor_name(layer, "curve.agreement"), dims, &head.curve_agreement)
+                               .status());
+  } else if (file.find_tensor(tensor_name(layer, "curve.agreement"))) {
+    return invalid_argument(file.path() + ": tensor '" + tensor_name(layer, "curve.agreement") + "' is present but '" +
+                            tensor_name(layer, "curve.prob") + "' is missing");
+  }
+  if (file.find(head_key(layer, "kind"))) {
+    HELIOS_ASSIGN_OR_RETURN(head.kind, file.get_string(head_key(layer, "kind")));
+  } else {
+    head.kind = head.adapter_weight.empty() ? "identity" : "ridge";  // what files without it held
+  }
 
   HELIOS_ASSIGN_OR_RETURN(double agreement, file.get_float(head_key(layer, "agreement")));
   HELIOS_ASSIGN_OR_RETURN(double probe_accuracy, file.get_float(head_key(layer, "probe_accuracy")));
@@ -157,6 +180,7 @@ Status save_exit_heads(const ExitHeadSet& set, const std::string& path) {
     w.set_float32(head_key(head.layer, "probe_accuracy"), head.probe_accuracy);
     w.set_float32(head_key(head.layer, "threshold"), head.threshold);
     w.set_uint64(head_key(head.layer, "n_tokens"), static_cast<uint64_t>(std::max<int64_t>(0, head.n_tokens)));
+    w.set_string(head_key(head.layer, "kind"), head.kind);
     if (!head.adapter_weight.empty()) {
       HELIOS_RETURN_IF_ERROR(w.add_tensor(tensor_name(head.layer, "adapter.weight"), TensorType::kF32, {d, d},
                                           f32_bytes(head.adapter_weight)));
@@ -168,6 +192,13 @@ Status save_exit_heads(const ExitHeadSet& set, const std::string& path) {
                                           f32_bytes(head.probe_weight)));
       HELIOS_RETURN_IF_ERROR(w.add_tensor(tensor_name(head.layer, "probe.bias"), TensorType::kF32, {1},
                                           f32_bytes({head.probe_bias})));
+    }
+    if (!head.curve_prob.empty()) {
+      const int64_t k = static_cast<int64_t>(head.curve_prob.size());
+      HELIOS_RETURN_IF_ERROR(w.add_tensor(tensor_name(head.layer, "curve.prob"), TensorType::kF32, {k},
+                                          f32_bytes(head.curve_prob)));
+      HELIOS_RETURN_IF_ERROR(w.add_tensor(tensor_name(head.layer, "curve.agreement"), TensorType::kF32, {k},
+                                          f32_bytes(head.curve_agreement)));
     }
   }
   w.set_int32_array("helios.exits.layers", layers);
@@ -211,7 +242,8 @@ StatusOr<ExitHeadSet> load_exit_heads(const std::string& path, const ModelConfig
     const auto exit_layer = static_cast<int32_t>(layer);
     HELIOS_ASSIGN_OR_RETURN(ExitHeadParams head, load_head(*file, exit_layer, set.n_embd));
     set.heads.push_back(std::move(head));
-    for (const char* part : {"adapter.weight", "adapter.bias", "probe.weight", "probe.bias"}) {
+    for (const char* part : {"adapter.weight", "adapter.bias", "probe.weight", "probe.bias", "curve.prob",
+                             "curve.agreement"}) {
       known_tensors.insert(tensor_name(exit_layer, part));
     }
   }

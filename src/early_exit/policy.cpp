@@ -91,6 +91,7 @@ const char* confidence_measure_name(ConfidenceMeasure measure) {
     case ConfidenceMeasure::kEntropy: return "entropy";
     case ConfidenceMeasure::kProbe: return "probe";
     case ConfidenceMeasure::kSaturation: return "saturation";
+    case ConfidenceMeasure::kAgreement: return "agreement";
   }
   return "unknown";
 }

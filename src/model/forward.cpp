@@ -359,7 +359,11 @@ void Model::check_exits(Pass& p, int32_t layer_no) {
       const int32_t i = head_rows[j];
       logits_index[i] = static_cast<int32_t>(j);
       const ConfidenceMeasure m = decision[i].rule->measure;
-      if (!is_cheap_measure(m)) decision[i].confidence = confidence_value(stats[j], m, c.n_vocab);
+      if (m == ConfidenceMeasure::kAgreement && exit_heads_[layer_no]) {
+        decision[i].confidence = agreement_confidence(exit_heads_[layer_no]->params, stats[j].top1_prob);
+      } else if (!is_cheap_measure(m)) {
+        decision[i].confidence = confidence_value(stats[j], m, c.n_vocab);
+      }
     }
   }
   if (!cheap_rows.empty()) {

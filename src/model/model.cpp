@@ -163,6 +163,14 @@ Status Model::check_exit_rule(const ExitRule& given) const {
           }
         }
       }
+      if (rule.measure == ConfidenceMeasure::kAgreement) {
+        for (int32_t l : exit_layers_) {
+          if (exit_heads_[l]->params.curve_prob.empty()) {
+            return invalid_argument("the agreement measure needs `helios calibrate` heads with agreement curves; layer " +
+                                    std::to_string(l) + " has none (calibrate again and set the heads file)");
+          }
+        }
+      }
       return ok_status();
   }
   return ok_status();

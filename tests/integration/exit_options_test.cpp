@@ -103,7 +103,7 @@ TEST_F(ExitOptionsTest, BadValuesNameTheField) {
   v1::ExitOptions o;
   o.set_measure("top2");
   EXPECT_EQ(error_of(o), "exit.measure: unknown measure 'top2'; valid: top1, margin, entropy, probe, "
-                         "saturation");
+                         "saturation, agreement");
   EXPECT_EQ(error_of(options("per-token", 1.5f)),
             "exit.threshold: must be in [0, 1] (1 = never early), got 1.5");
   EXPECT_EQ(error_of(options("fixed-depth", 0, -1)),

@@ -87,7 +87,7 @@ TEST(EarlyExitConfigErrors, PolicyAndMeasureNames) {
             "fixed-depth, self-speculative, got 'per_token'; did you mean 'per-token'?");
   EXPECT_EQ(config_error(with_early_exit("      measure: top2\n")),
             "cfg.yaml:5:16: models[0].early_exit.measure: must be one of top1, margin, entropy, probe, "
-            "saturation, got 'top2'; did you mean 'top1'?");
+            "saturation, agreement, got 'top2'; did you mean 'top1'?");
 }
 
 TEST(EarlyExitConfigErrors, Threshold) {

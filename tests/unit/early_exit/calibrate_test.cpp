@@ -251,5 +251,47 @@ TEST(Calibrate, HostExitHeadMatchesTheForwardPassExitHead) {
   EXPECT_FALSE(m.check_exit_rule(probe).ok());
 }
 
+// Distillation from the ridge fit: the kept head is the best of the three on held-out agreement,
+// and with a curve the agreement measure means what it says on the held-out tokens.
+TEST(Calibrate, DistilledHeadsAndAgreementCurves) {
+  Calibrated& c = Calibrated::get();
+  CalibrationOptions opt;
+  opt.distill = true;
+  opt.distill_epochs = 3;
+  opt.distill_learning_rate = 1e-3f;
+  auto result = fit_exit_heads(*c.s.model, c.data, opt);
+  ASSERT_TRUE(result.ok()) << result.status().to_string();
+  int distilled_better = 0;
+  for (const ExitCalibration& e : result->exits) {
+    SCOPED_TRACE("layer " + std::to_string(e.layer));
+    ASSERT_GE(e.distilled_agreement, 0.0);
+    EXPECT_LE(e.distill_kl_best, e.distill_kl_start);  // the best step is kept, the start included
+    const double best = std::max({e.lens_agreement, e.adapter_agreement, e.distilled_agreement});
+    const ExitHeadParams* h = result->heads.find(e.layer);
+    ASSERT_NE(h, nullptr);
+    EXPECT_FLOAT_EQ(h->agreement, static_cast<float>(best));
+    EXPECT_EQ(h->kind, e.kept);
+    EXPECT_DOUBLE_EQ(held_out_agreement(c, e.layer, h->adapter_weight, h->adapter_bias), best);
+    distilled_better += e.kept == "distilled";
+    // The curve is fitted on half the held-out tokens; on the other half (about 400 tokens, so
+    // a standard error near 0.03) a 0.5 threshold lets through tokens that agree nearly that often.
+    ASSERT_FALSE(h->curve_prob.empty());
+    ASSERT_FALSE(e.curve_checks.empty());
+    EXPECT_GT(e.curve_checks.front().agreed, 0.40);
+  }
+  EXPECT_GT(distilled_better, 0) << "distillation should improve on ridge somewhere on stories260K";
+  // The agreement measure runs on a model with these heads.
+  Model& m = *c.s.model;
+  ASSERT_TRUE(m.set_exits({1, 2, 3, 4}, &result->heads).ok());
+  ExitRule rule;
+  rule.policy = ExitPolicy::kPerToken;
+  rule.measure = ConfidenceMeasure::kAgreement;
+  EXPECT_TRUE(m.check_exit_rule(rule).ok()) << m.check_exit_rule(rule).message();
+  ASSERT_TRUE(m.set_exits({1, 2, 3, 4}, &c.result.heads).ok());  // ridge heads: they have curves too
+  EXPECT_TRUE(m.check_exit_rule(rule).ok());
+  ASSERT_TRUE(m.set_exits({1, 2, 3, 4}, nullptr).ok());  // identity heads have no curve
+  EXPECT_FALSE(m.check_exit_rule(rule).ok());
+}
+
 }  // namespace
 }  // namespace helios

@@ -2,6 +2,7 @@
 // computed by hand.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -160,4 +161,39 @@ TEST(CosineSimilarity, LargeValuesDoNotOverflow) {
 }
 
 }  // namespace
+TEST(AgreementCurve, SharesAtOrAboveEachPointNeverOverstate) {
+  // 10 tokens by confidence: the top 4 agree, then a miss, then alternating.
+  const std::vector<float> p = {0.99f, 0.95f, 0.9f, 0.85f, 0.8f, 0.7f, 0.6f, 0.5f, 0.4f, 0.3f};
+  const std::vector<uint8_t> agrees = {1, 1, 1, 1, 0, 1, 0, 1, 0, 0};
+  std::vector<float> xs, ys;
+  fit_agreement_curve(p, agrees, 10, &xs, &ys);
+  ASSERT_EQ(xs.size(), 10u);
+  EXPECT_TRUE(std::is_sorted(xs.begin(), xs.end()));
+  EXPECT_TRUE(std::is_sorted(ys.begin(), ys.end()));
+  EXPECT_FLOAT_EQ(ys.back(), 1.0f);       // at 0.99: 1 of 1
+  EXPECT_FLOAT_EQ(ys[xs.size() - 5], 0.8f);  // at 0.8: 4 of 5
+  EXPECT_FLOAT_EQ(ys.front(), 0.6f);      // at 0.3: 6 of 10
+  // At 0.6: 5 of 7 agree (0.714); at 0.7 it is 5 of 6 (0.833), capped by 0.8 at 0.8 above it.
+  EXPECT_NEAR(ys[3], 5.0f / 7.0f, 1e-6);
+  EXPECT_FLOAT_EQ(ys[4], 0.8f);
+  for (size_t k = 0; k < xs.size(); ++k) {  // never more than the share truly at or above
+    int n = 0, a = 0;
+    for (size_t i = 0; i < p.size(); ++i) {
+      if (p[i] >= xs[k]) ++n, a += agrees[i];
+    }
+    EXPECT_LE(ys[k], static_cast<float>(a) / n + 1e-6f) << "point " << k;
+  }
+}
+
+TEST(AgreementCurve, ConfidenceInterpolatesAndIsFlatBeyondTheEnds) {
+  ExitHeadParams head;
+  EXPECT_FLOAT_EQ(agreement_confidence(head, 0.42f), 0.42f);  // no curve: top-1 itself
+  head.curve_prob = {0.2f, 0.6f};
+  head.curve_agreement = {0.5f, 0.9f};
+  EXPECT_FLOAT_EQ(agreement_confidence(head, 0.1f), 0.5f);
+  EXPECT_FLOAT_EQ(agreement_confidence(head, 0.4f), 0.7f);
+  EXPECT_FLOAT_EQ(agreement_confidence(head, 0.9f), 0.9f);
+  EXPECT_EQ(parse_confidence_measure("agreement").value(), ConfidenceMeasure::kAgreement);
+}
+
 }  // namespace helios

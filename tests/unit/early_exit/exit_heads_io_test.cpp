@@ -59,6 +59,9 @@ ExitHeadSet sample_set() {
   full_head.agreement = 0.6f;
   full_head.probe_accuracy = 0.9f;
   full_head.n_tokens = (int64_t{1} << 33) + 7;  // more than 32 bits
+  full_head.kind = "distilled";
+  full_head.curve_prob = {0.1f, 0.5f, 0.9f};
+  full_head.curve_agreement = {0.3f, 0.7f, 0.97f};
   ExitHeadParams probeless_head;
   probeless_head.layer = 5;
   probeless_head.adapter_weight = random_floats(kEmbd * kEmbd, 5);
@@ -135,7 +138,30 @@ TEST(SidecarExitHeads, RoundTripIsBitExact) {
     EXPECT_EQ(b.agreement, a.agreement);
     EXPECT_EQ(b.probe_accuracy, a.probe_accuracy);
     EXPECT_EQ(b.n_tokens, a.n_tokens);
+    EXPECT_EQ(b.kind, a.kind);
+    expect_same_bits(b.curve_prob, a.curve_prob);
+    expect_same_bits(b.curve_agreement, a.curve_agreement);
   }
+}
+
+// Files written before heads had a kind and an agreement curve load with the kind their adapter
+// implies and no curve (the agreement measure then refuses them).
+TEST(SidecarExitHeads, OlderFilesWithoutKindOrCurveLoad) {
+  GgufWriter w = minimal_writer();
+  const std::string path = temp_path("older.exits.gguf");
+  ASSERT_TRUE(w.write(path).ok());
+  auto loaded = load_exit_heads(path, model_config());
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  EXPECT_EQ(loaded->heads[0].kind, "identity");
+  EXPECT_TRUE(loaded->heads[0].curve_prob.empty());
+}
+
+TEST(SidecarExitHeads, HalfACurveIsRejected) {
+  GgufWriter w = minimal_writer();
+  ASSERT_TRUE(w.add_tensor("exit.2.curve.prob", TensorType::kF32, {2}, f32_bytes({0.2f, 0.8f})).ok());
+  const Status s = load_written(w, "halfcurve.exits.gguf");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("curve.agreement"), std::string::npos) << s.message();
 }
 
 TEST(SidecarExitHeads, IdentityAndProbelessHeadsStayEmpty) {

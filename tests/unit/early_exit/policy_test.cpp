@@ -44,7 +44,7 @@ TEST(ConfidenceMeasureNames, UnknownMeasureListsTheValidOnes) {
   ASSERT_FALSE(parsed.ok());
   EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(parsed.status().message(),
-            "unknown confidence measure 'top-1'; valid: top1, margin, entropy, probe, saturation");
+            "unknown confidence measure 'top-1'; valid: top1, margin, entropy, probe, saturation, agreement");
 }
 
 TEST(ConfidenceMeasureNames, OnlyProbeAndSaturationAreCheap) {

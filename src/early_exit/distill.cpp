@@ -1,0 +1,284 @@
+// Distilled exit adapters (include/helios/distill.h): forward and backward through the frozen
+// final norm and LM head, in f32 on the host with BLAS, mini-batch Adam.
+#include "helios/distill.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+
+#include "helios/tensor_type.h"
+
+namespace helios {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One mini-batch through the head: a = x W^T + b, u = a / rms(a), z = (u * g) E^T.
+struct HeadPass {
+  std::vector<float> a, u, inv_rms, z;
+
+  void run(const HostHead& h, const float* x, int32_t rows, const std::vector<float>& w, const std::vector<float>& b) {
+    const int32_t d = h.n_embd, v = h.n_vocab;
+    a.resize(static_cast<size_t>(rows) * d);
+    if (w.empty()) {
+      std::copy_n(x, a.size(), a.begin());
+    } else {
+      for (int32_t r = 0; r < rows; ++r) std::copy(b.begin(), b.end(), a.begin() + static_cast<size_t>(r) * d);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, d, d, 1.0f, x, d, w.data(), d, 1.0f, a.data(), d);
+    }
+    u.resize(a.size());
+    inv_rms.resize(rows);
+    std::vector<float> scaled(a.size());
+    for (int32_t r = 0; r < rows; ++r) {
+      const float* ar = a.data() + static_cast<size_t>(r) * d;
+      double sum_sq = 0;
+      for (int32_t j = 0; j < d; ++j) sum_sq += static_cast<double>(ar[j]) * ar[j];
+      inv_rms[r] = static_cast<float>(1.0 / std::sqrt(sum_sq / d + h.rms_eps));
+      for (int32_t j = 0; j < d; ++j) {
+        u[static_cast<size_t>(r) * d + j] = ar[j] * inv_rms[r];
+        scaled[static_cast<size_t>(r) * d + j] = u[static_cast<size_t>(r) * d + j] * h.norm[j];
+      }
+    }
+    z.resize(static_cast<size_t>(rows) * v);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, v, d, 1.0f, scaled.data(), d, h.lm_head.data(), d,
+                0.0f, z.data(), v);
+  }
+};
+
+double log_sum_exp(const float* z, int32_t n) {
+  const float m = *std::max_element(z, z + n);
+  double s = 0;
+  for (int32_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(z[i] - m));
+  return m + std::log(s);
+}
+
+// Sparse KL of row r and, when `grad` is given, dL/dz written over the row (scaled by `scale`).
+double row_loss(const TeacherTargets& t, int64_t target_row, float* z, int32_t n_vocab, float* grad, float scale) {
+  const double lse = log_sum_exp(z, n_vocab);
+  const int32_t* ids = t.ids.data() + target_row * t.k;
+  const float* p = t.probs.data() + target_row * t.k;
+  double loss = 0, mass = 0;
+  for (int32_t k = 0; k < t.k; ++k) {
+    if (p[k] <= 0) continue;
+    loss += p[k] * (std::log(static_cast<double>(p[k])) - z[ids[k]] + lse);
+    mass += p[k];
+  }
+  if (grad) {
+    for (int32_t i = 0; i < n_vocab; ++i) grad[i] = static_cast<float>(mass * std::exp(z[i] - lse)) * scale;
+    for (int32_t k = 0; k < t.k; ++k) grad[ids[k]] -= p[k] * scale;
+  }
+  return loss;
+}
+
+struct Adam {
+  std::vector<float> m, v;
+  int64_t t = 0;
+  void step(std::vector<float>& x, const std::vector<float>& g, float lr) {
+    constexpr float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+    if (m.empty()) m.assign(x.size(), 0.0f), v.assign(x.size(), 0.0f);
+    ++t;
+    const float c1 = 1.0f - std::pow(b1, static_cast<float>(t)), c2 = 1.0f - std::pow(b2, static_cast<float>(t));
+    for (size_t i = 0; i < x.size(); ++i) {
+      m[i] = b1 * m[i] + (1 - b1) * g[i];
+      v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+      x[i] -= lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
+    }
+  }
+};
+
+}  // namespace
+
+StatusOr<HostHead> host_head(const Model& model) {
+  const ModelConfig& c = model.config();
+  const WeightMatrix& out = model.weights().output.view;
+  if (model.backend().name() != "cpu") {
+    return failed_precondition("distilled exit heads are trained on the host: calibrate on the cpu backend (got " +
+                               model.backend().name() + ")");
+  }
+  HostHead h;
+  h.n_vocab = c.n_vocab;
+  h.n_embd = c.n_embd;
+  h.rms_eps = c.rms_eps;
+  h.norm.resize(c.n_embd);
+  model.backend().download(h.norm.data(), model.weights().output_norm.data(), c.n_embd);
+  h.lm_head.resize(static_cast<size_t>(c.n_vocab) * c.n_embd);
+  const int64_t row_bytes = tensor_row_bytes(out.type, c.n_embd);
+  const auto* rows = static_cast<const uint8_t*>(out.data);
+  for (int32_t r = 0; r < c.n_vocab; ++r) {
+    HELIOS_RETURN_IF_ERROR(dequantize_row(out.type, rows + r * row_bytes, h.lm_head.data() + static_cast<size_t>(r) * c.n_embd,
+                                          c.n_embd));
+  }
+  return h;
+}
+
+TeacherTargets teacher_targets(const HostHead& head, const float* h_last, int64_t n_rows, int32_t k) {
+  TeacherTargets t;
+  t.k = std::min(k, head.n_vocab);
+  t.ids.resize(static_cast<size_t>(n_rows) * t.k);
+  t.probs.resize(t.ids.size());
+  constexpr int32_t kChunk = 64;
+  HeadPass pass;
+  std::vector<int32_t> order(head.n_vocab);
+  for (int64_t r0 = 0; r0 < n_rows; r0 += kChunk) {
+    const auto rows = static_cast<int32_t>(std::min<int64_t>(kChunk, n_rows - r0));
+    pass.run(head, h_last + r0 * head.n_embd, rows, {}, {});
+    for (int32_t r = 0; r < rows; ++r) {
+      const float* z = pass.z.data() + static_cast<size_t>(r) * head.n_vocab;
+      const double lse = log_sum_exp(z, head.n_vocab);
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + t.k, order.end(),
+                        [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
+      for (int32_t j = 0; j < t.k; ++j) {
+        t.ids[(r0 + r) * t.k + j] = order[j];
+        t.probs[(r0 + r) * t.k + j] = static_cast<float>(std::exp(z[order[j]] - lse));
+      }
+    }
+  }
+  return t;
+}
+
+HeadFit evaluate_head(const HostHead& head, const float* x, const TeacherTargets& t, const std::vector<float>& w,
+                      const std::vector<float>& b) {
+  constexpr int32_t kChunk = 64;
+  const int64_t n = t.n_rows();
+  HeadPass pass;
+  HeadFit fit;
+  for (int64_t r0 = 0; r0 < n; r0 += kChunk) {
+    const auto rows = static_cast<int32_t>(std::min<int64_t>(kChunk, n - r0));
+    pass.run(head, x + r0 * head.n_embd, rows, w, b);
+    for (int32_t r = 0; r < rows; ++r) {
+      float* z = pass.z.data() + static_cast<size_t>(r) * head.n_vocab;
+      fit.agreement += static_cast<int32_t>(std::max_element(z, z + head.n_vocab) - z) == t.ids[(r0 + r) * t.k];
+      fit.kl += row_loss(t, r0 + r, z, head.n_vocab, nullptr, 0);
+    }
+  }
+  if (n > 0) fit.kl /= static_cast<double>(n), fit.agreement /= static_cast<double>(n);
+  return fit;
+}
+
+double adapter_loss_grad(const HostHead& head, const float* x, const TeacherTargets& t, const int64_t* target_rows,
+                         int32_t rows, const std::vector<float>& w, const std::vector<float>& b, std::vector<float>* gw,
+                         std::vector<float>* gb) {
+  const int32_t d = head.n_embd, v = head.n_vocab;
+  thread_local HeadPass pass;
+  thread_local std::vector<float> dn, da;
+  pass.run(head, x, rows, w, b);
+  // dL/dz (mean over the rows), written over z.
+  double loss = 0;
+  for (int32_t r = 0; r < rows; ++r) {
+    float* z = pass.z.data() + static_cast<size_t>(r) * v;
+    loss += row_loss(t, target_rows[r], z, v, z, 1.0f / rows);
+  }
+  // dn = dz E; du = dn * g; da through the RMS norm; dW = da^T x; db = sum of da.
+  dn.resize(static_cast<size_t>(rows) * d);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, v, 1.0f, pass.z.data(), v, head.lm_head.data(), d,
+              0.0f, dn.data(), d);
+  da.resize(dn.size());
+  gb->assign(d, 0.0f);
+  for (int32_t r = 0; r < rows; ++r) {
+    const float* u = pass.u.data() + static_cast<size_t>(r) * d;
+    const float* g = dn.data() + static_cast<size_t>(r) * d;
+    double dot = 0;
+    for (int32_t j = 0; j < d; ++j) dot += static_cast<double>(g[j] * head.norm[j]) * u[j];
+    const auto mean_dot = static_cast<float>(dot / d);
+    for (int32_t j = 0; j < d; ++j) {
+      const float value = (g[j] * head.norm[j] - u[j] * mean_dot) * pass.inv_rms[r];
+      da[static_cast<size_t>(r) * d + j] = value;
+      (*gb)[j] += value;
+    }
+  }
+  gw->resize(static_cast<size_t>(d) * d);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, d, rows, 1.0f, da.data(), d, x, d, 0.0f, gw->data(), d);
+  return loss / rows;
+}
+
+StatusOr<DistillReport> distill_adapter(const HostHead& head, const float* x_fit, const TeacherTargets& t_fit,
+                                        const float* x_held, const TeacherTargets& t_held,
+                                        const DistillOptions& opt, std::vector<float>* w, std::vector<float>* b) {
+  const int32_t d = head.n_embd;
+  if (w->size() != static_cast<size_t>(d) * d || b->size() != static_cast<size_t>(d)) {
+    return invalid_argument("distill_adapter starts from an [n_embd, n_embd] adapter with an [n_embd] bias");
+  }
+  if (opt.epochs < 1 || opt.batch_rows < 1) return invalid_argument("distill_adapter needs epochs and batch_rows >= 1");
+  const int64_t n = t_fit.n_rows();
+  if (n < 1) return invalid_argument("distill_adapter: no fit rows");
+  const auto t0 = Clock::now();
+  DistillReport rep;
+  for (float p : t_fit.probs) rep.teacher_mass += p;
+  rep.teacher_mass /= static_cast<double>(n);
+  HeadFit best = evaluate_head(head, x_held, t_held, *w, *b);
+  rep.held_kl_start = rep.held_kl_best = best.kl;
+  rep.held_agreement_start = rep.held_agreement_best = best.agreement;
+  std::vector<float> best_w = *w, best_b = *b;
+
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(opt.seed);
+  // W = W0 + diag(delta) + A B with A [d, r], B [r, d]: the start W0 (the ridge fit) stays
+  // exactly reachable (A starts at 0), and 2dr + d parameters instead of d^2 keep a few
+  // thousand calibration tokens from being memorised. Rank 0 trains W itself.
+  const int32_t rank = std::min(opt.rank, d);
+  const std::vector<float> w0 = *w;
+  std::vector<float> delta(rank ? d : 0, 0.0f), lo_a(static_cast<size_t>(d) * rank, 0.0f), lo_b(static_cast<size_t>(rank) * d);
+  {
+    std::normal_distribution<float> normal(0.0f, 1.0f / std::sqrt(static_cast<float>(d)));
+    for (float& x : lo_b) x = normal(rng);
+  }
+  Adam adam_w, adam_b, adam_delta, adam_a, adam_lo_b;
+  std::vector<float> xb, gw, gb, g_delta(delta.size()), g_a(lo_a.size()), g_b(lo_b.size());
+  for (int32_t epoch = 0; epoch < opt.epochs; ++epoch) {
+    std::shuffle(order.begin(), order.end(), rng);
+    double fit_loss = 0;
+    for (int64_t s = 0; s < n; s += opt.batch_rows) {
+      const auto rows = static_cast<int32_t>(std::min<int64_t>(opt.batch_rows, n - s));
+      xb.resize(static_cast<size_t>(rows) * d);
+      for (int32_t r = 0; r < rows; ++r) std::copy_n(x_fit + order[s + r] * d, d, xb.begin() + static_cast<size_t>(r) * d);
+      fit_loss += rows * adapter_loss_grad(head, xb.data(), t_fit, order.data() + s, rows, *w, *b, &gw, &gb);
+      adam_b.step(*b, gb, opt.learning_rate);
+      if (rank == 0) {
+        adam_w.step(*w, gw, opt.learning_rate);
+      } else {
+        for (int32_t i = 0; i < d; ++i) g_delta[i] = gw[static_cast<size_t>(i) * d + i];
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d, rank, d, 1.0f, gw.data(), d, lo_b.data(), d, 0.0f,
+                    g_a.data(), rank);  // dA = dW B^T
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rank, d, d, 1.0f, lo_a.data(), rank, gw.data(), d, 0.0f,
+                    g_b.data(), d);  // dB = A^T dW
+        adam_delta.step(delta, g_delta, opt.learning_rate);
+        adam_a.step(lo_a, g_a, opt.learning_rate);
+        adam_lo_b.step(lo_b, g_b, opt.learning_rate);
+        *w = w0;
+        for (int32_t i = 0; i < d; ++i) (*w)[static_cast<size_t>(i) * d + i] += delta[i];
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d, d, rank, 1.0f, lo_a.data(), rank, lo_b.data(), d,
+                    1.0f, w->data(), d);
+      }
+      ++rep.steps;
+    }
+    const HeadFit held = evaluate_head(head, x_held, t_held, *w, *b);
+    if (held.kl < best.kl) {
+      best = held;
+      best_w = *w;
+      best_b = *b;
+      rep.best_step = rep.steps;
+    }
+    if (opt.log) {
+      char line[200];
+      std::snprintf(line, sizeof line, "distill: epoch %d/%d: fit KL %.4f, held-out KL %.4f, agreement %.3f (%.1f s)",
+                    epoch + 1, opt.epochs, fit_loss / static_cast<double>(n), held.kl, held.agreement,
+                    std::chrono::duration<double>(Clock::now() - t0).count());
+      opt.log(line);
+    }
+  }
+  *w = std::move(best_w);
+  *b = std::move(best_b);
+  rep.held_kl_best = best.kl;
+  rep.held_agreement_best = best.agreement;
+  rep.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return rep;
+}
+
+}  // namespace helios
