@@ -17,6 +17,7 @@ struct GenerateOptions : OutputOptions {
   int32_t block_size = 16;             // KV cache tokens per block
   kernels::KvType kv_type = kernels::KvType::kF32;  // KV cache elements (f32: the reference)
   ExitRule exit;                       // early exit (self-speculative included)
+  bool observe_exits = false;          // GenerateResult::observed (ForwardBatch::observe_exits)
 };
 
 struct GenerateResult {
@@ -33,6 +34,9 @@ struct GenerateResult {
   // K/V was filled, LM-head rows; self-speculative drafts and how many the full model confirmed.
   int64_t decode_layer_rows = 0, decode_fill_rows = 0, decode_head_rows = 0;
   int64_t drafted = 0, accepted = 0;
+  // observe_exits: per generated token, what each exit point's head said (observed_layers order).
+  std::vector<int32_t> observed_layers;
+  std::vector<std::vector<ExitObservation>> observed;
 };
 
 // Called with each new piece of text as soon as it is whole UTF-8 and cannot be part of a stop

@@ -44,6 +44,16 @@ struct ForwardBatch {
   int32_t last_layer = 0;
   bool return_hidden = false;          // ForwardResult::hidden: every token's state where it stopped
   std::vector<int32_t> capture_layers; // ForwardResult::captured: logit rows' states after these layers
+  // Observe mode: at every exit point below the loaded depth, run the exit head on each logit row
+  // still there and record its top-1 and top-1 probability (ForwardResult::observed_*), without
+  // changing what the pass computes or where rows leave. One LM-head pass per exit per row.
+  bool observe_exits = false;
+};
+
+// What an exit head said about a row in observe mode.
+struct ExitObservation {
+  int32_t top1 = -1;  // -1: the row had left before this exit
+  float top1_prob = 0;
 };
 
 struct ForwardResult {
@@ -56,6 +66,8 @@ struct ForwardResult {
                                         // for a full-depth row with a cheap measure)
   std::vector<float> hidden;            // [n_tokens, n_embd] when return_hidden
   std::vector<std::vector<float>> captured;  // per capture layer: [n_rows, n_embd]
+  std::vector<int32_t> observed_layers;      // observe_exits: the exit points observed, ascending
+  std::vector<std::vector<ExitObservation>> observed;  // per observed layer: [n_rows]
 
   // Work done, for the layers-per-token accounting.
   int64_t layer_rows = 0;  // sum over layers of the tokens that ran the whole block
@@ -133,6 +145,7 @@ class Model {
   void save_states_before_block(Pass& p);          // h_{k-1}, for the saturation measure
   void run_block(Pass& p, int32_t layer);          // attention and MLP; K/V of exited tokens
   void capture_states(Pass& p, int32_t layer_no);  // ForwardBatch::capture_layers
+  void observe_exits(Pass& p, int32_t layer_no);   // ForwardBatch::observe_exits
   void leave_at_known_layers(Pass& p, int32_t layer_no);  // SequenceBatchEntry::known_exit_layers
   void check_exits(Pass& p, int32_t layer_no);     // confidence → decide_exits → leaving rows' logits
   void remove_leaving(Pass& p, const std::vector<uint8_t>& leaves);  // active → exited, compacted

@@ -174,6 +174,7 @@ StatusOr<ForwardResult> Model::forward(const ForwardBatch& batch, KvCacheStorage
     if (p.active.empty()) continue;
     capture_states(p, layer_no);
     if (p.replays) leave_at_known_layers(p, layer_no);
+    if (batch.observe_exits && layer_no < p.end_layer && is_exit_point(layer_no)) observe_exits(p, layer_no);
     if (exit_here) check_exits(p, layer_no);
   }
   final_heads(p);
@@ -308,6 +309,24 @@ void Model::capture_states(Pass& p, int32_t layer_no) {
       std::copy_n(host.data() + j * n_embd, n_embd, p.result.captured[i].data() + static_cast<size_t>(row_ids[j]) * n_embd);
     }
   }
+}
+
+void Model::observe_exits(Pass& p, int32_t layer_no) {
+  Workspace& ws = *ws_;
+  std::vector<int32_t> rows, row_ids;
+  for (size_t a = 0; a < p.active.size(); ++a) {
+    if (ws.token_row[p.active[a]] >= 0) {
+      rows.push_back(static_cast<int32_t>(a));
+      row_ids.push_back(ws.token_row[p.active[a]]);
+    }
+  }
+  p.result.observed_layers.push_back(layer_no);
+  auto& seen = p.result.observed.emplace_back(p.result.row_seq.size());
+  if (rows.empty()) return;
+  head_logits(ws.x.data(), rows, layer_no);
+  const std::vector<ConfidenceStats> stats = logit_stats(static_cast<int32_t>(rows.size()));
+  p.result.head_rows += static_cast<int64_t>(rows.size());
+  for (size_t j = 0; j < rows.size(); ++j) seen[row_ids[j]] = {stats[j].top1, stats[j].top1_prob};
 }
 
 void Model::leave_at_known_layers(Pass& p, int32_t layer_no) {

@@ -22,6 +22,14 @@ class Generation {
   GenerateResult& result() { return out_; }
   int32_t remaining() const { return output_.remaining(); }
 
+  // What the exit heads said about row `row` of fr (observe mode), kept beside the next token.
+  void observe(const ForwardResult& fr, int32_t row) {
+    if (fr.observed_layers.empty()) return;
+    out_.observed_layers = fr.observed_layers;
+    std::vector<ExitObservation>& seen = out_.observed.emplace_back();
+    for (const auto& layer : fr.observed) seen.push_back(layer[row]);
+  }
+
   // Samples from one row of logits and records the token; false when the generation is over.
   bool take(const float* logits, int32_t n_vocab, int32_t exit_layer, float confidence) {
     const TokenEvent ev = output_.take(logits, n_vocab, history_, exit_layer, confidence);
@@ -95,12 +103,14 @@ StatusOr<GenerateResult> generate(Model& model, const std::vector<TokenId>& prom
     e.logits = end == prompt.size() ? LogitsWanted::kLast : LogitsWanted::kNone;
     e.exit = rule;
     batch.seqs.push_back(std::move(e));
+    batch.observe_exits = opt.observe_exits;
     HELIOS_ASSIGN_OR_RETURN(fr, model.forward(batch, kv));
   }
   const auto t1 = clock::now();
   out.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
 
   // Decode: sample, check the stop conditions, feed the token back.
+  gen.observe(fr, 0);
   bool going = gen.take(fr.row(0), fr.n_vocab, fr.row_exit_layer[0], fr.row_confidence[0]);
   while (going) {
     const auto position = static_cast<int32_t>(gen.history().size()) - 1;
@@ -131,8 +141,10 @@ StatusOr<GenerateResult> generate(Model& model, const std::vector<TokenId>& prom
     e.blocks = &table;
     e.exit = rule;
     batch.seqs.push_back(std::move(e));
+    batch.observe_exits = opt.observe_exits;
     HELIOS_ASSIGN_OR_RETURN(fr, model.forward(batch, kv));
     count_work(fr, out);
+    gen.observe(fr, 0);
     going = gen.take(fr.row(0), fr.n_vocab, fr.row_exit_layer[0], fr.row_confidence[0]);
   }
   out.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();

@@ -32,7 +32,7 @@ if ! "$HELIOS" convert-llama2c --checkpoint "$STORIES/stories260K.bin" --tokeniz
 fi
 
 # --- help and usage errors
-for cmd in calibrate eval; do
+for cmd in calibrate eval profile; do
   "$HELIOS" "$cmd" --help > "$WORK/h_$cmd" 2>&1; check "$cmd --help exits 0" test $? -eq 0
   check "$cmd --help shows usage" contains "$WORK/h_$cmd" "usage: helios $cmd"
   check "$cmd --help has examples" contains "$WORK/h_$cmd" "examples:"
@@ -52,9 +52,9 @@ check "top-level help lists eval" contains "$WORK/help" "eval "
   --threads 1 > "$WORK/cal.out" 2> "$WORK/cal.err"
 check "calibrate succeeds" test $? -eq 0
 check "calibrate writes MODEL.exits.gguf" test -s "$WORK/stories.exits.gguf"
-check "calibrate prints the table header" contains "$WORK/cal.out" "| layer | logit-lens agreement | adapter agreement (held-out)"
+check "calibrate prints the table header" contains "$WORK/cal.out" "| layer | logit-lens agreement | ridge agreement | distilled agreement | head kept |"
 for layer in 1 2 3 4; do
-  check "calibrate reports exit $layer" test -n "$(grep -E "^\| $layer \| [0-9.]+% \| [0-9.]+% \| (adapter|identity) \|" "$WORK/cal.out")"
+  check "calibrate reports exit $layer" test -n "$(grep -E "^\| $layer \| [0-9.]+% \| [0-9.]+% \| - \| (ridge|identity) \|" "$WORK/cal.out")"
 done
 check "calibrate says where it wrote" contains "$WORK/cal.out" "wrote $WORK/stories.exits.gguf"
 check "calibrate reports progress on stderr" contains "$WORK/cal.err" "tokens through the model"
@@ -62,6 +62,30 @@ check "stdout has no progress" test "$(grep -c "through the model" "$WORK/cal.ou
 "$HELIOS" calibrate --model "$MODEL" --exits 5 --text "$CAL_TEXT" --max-tokens 256 > "$WORK/out" 2> "$WORK/err"
 check "calibrate refuses the last layer as an exit" test $? -ne 0
 check "the exit error names the range" contains "$WORK/err" "[1, 4]"
+
+# --- calibrate --distill: the distilled column is filled, a distilled or ridge head is kept
+"$HELIOS" calibrate --model "$MODEL" --exits 1,3 --text "$CAL_TEXT" --max-tokens 2048 --seq-len 128 --distill \
+  --distill-epochs 2 --out "$WORK/distilled.exits.gguf" --threads 1 > "$WORK/dist.out" 2> "$WORK/dist.err"
+check "calibrate --distill succeeds" test $? -eq 0
+for layer in 1 3; do
+  check "distilled agreement of exit $layer" test -n "$(grep -E "^\| $layer \| [0-9.]+% \| [0-9.]+% \| [0-9.]+% \| (distilled|ridge|identity) \|" "$WORK/dist.out")"
+done
+check "distillation reports its epochs on stderr" contains "$WORK/dist.err" "distill: epoch 2/2"
+check "distillation reports its cost" contains "$WORK/dist.out" "distilled in"
+
+# --- profile: teacher-forced and free-running, with the observe mode's cost
+"$HELIOS" profile --model "$MODEL" --heads "$WORK/distilled.exits.gguf" --exits 1,3 --text "$EVAL_TEXT" --skip 40 \
+  --max-tokens 512 --seq-len 128 --prompts 2 --gen-tokens 16 --threads 1 --json "$WORK/profile.json" \
+  > "$WORK/profile.out" 2> "$WORK/profile.err"
+check "profile succeeds" test $? -eq 0
+check "profile has a teacher-forced section" contains "$WORK/profile.out" "## teacher-forced (512 tokens)"
+check "profile has a free-running section" contains "$WORK/profile.out" "## free-running (32 tokens)"
+check "profile shows the agreement measure" contains "$WORK/profile.out" "by the \`agreement\` measure"
+check "profile reports the observe cost" contains "$WORK/profile.out" "Observe mode"
+check "profile writes JSON with both modes" \
+  python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert [p['mode'] for p in j['profiles']]==['teacher-forced','free-running'] and j['profiles'][0]['layers'][1]['layer']==3" "$WORK/profile.json"
+"$HELIOS" profile --model "$MODEL" --exits 1 --text "$EVAL_TEXT" --skip 100000 > "$WORK/out" 2> "$WORK/err"
+check "profile refuses a skip past the text" test $? -eq 2
 
 # --- eval: picks up the sidecar; full first; self-speculative and threshold 1 agree with full
 "$HELIOS" eval --model "$MODEL" --text "$EVAL_TEXT" --policy full,per-token,fixed-depth,self-speculative \

@@ -4,9 +4,12 @@
 // depend on how many rows are multiplied with it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "helios/tensor_type.h"
 #include "kernels/kernels.h"
@@ -181,6 +184,56 @@ TEST_P(QuantMatmul, VectorCodeGivesTheScalarReferenceBitsForEveryBatchShape) {
   std::vector<float> tail((n_rows - 1) * n_out, NAN);
   kernels::ref_matmul_quantized(type, wq.data(), xq.data() + x_row, n_rows - 1, n_in, n_out, 0, n_out, tail.data());
   EXPECT_EQ(std::memcmp(tail.data(), &vector[n_out], tail.size() * 4), 0);
+}
+
+// The tiled batch products (several weight rows × several activation rows per tile, the
+// weights unpacked once for a whole batch) against one activation row at a time and against the
+// scalar reference, bit for bit: for ragged batches, output sizes that leave every kind of edge
+// tile, output ranges split off the tile grid, block counts that leave part of a group of 8, and
+// rows enough to be taken in several chunks.
+TEST_P(QuantMatmul, TiledBatchGivesTheOneRowBitsForRaggedShapes) {
+  const Case c = GetParam();
+  const auto type = static_cast<uint32_t>(c.weight);
+  const int32_t block = kernels::ref_quantized_block_values(type);
+  struct Shape {
+    int32_t n_in, n_out;
+    std::vector<int32_t> rows;
+  };
+  const std::vector<Shape> shapes = {
+      {block * 13, 1, {1, 2, 3, 5, 7, 8, 13}},
+      {block * 13, 7, {1, 2, 3, 5, 7, 8, 13}},
+      {block * 3, 18, {1, 2, 3, 5, 7, 8, 13}},
+      {block * (block == 32 ? 320 : 40), 5, {50}},  // activation rows in more than one chunk
+  };
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const Shape& sh : shapes) {
+    const std::vector<uint8_t> wq = random_weights(c.weight, sh.n_out, sh.n_in, rng);
+    const int64_t x_row = kernels::ref_activation_row_bytes(type, sh.n_in);
+    for (int32_t n_rows : sh.rows) {
+      std::vector<float> x(static_cast<size_t>(n_rows) * sh.n_in);
+      for (auto& v : x) v = normal(rng);
+      std::vector<uint8_t> xq(n_rows * x_row);
+      kernels::ref_quantize_activations(type, x.data(), n_rows, sh.n_in, xq.data());
+      const size_t n_y = static_cast<size_t>(n_rows) * sh.n_out;
+      std::vector<float> batch(n_y, NAN), split(n_y, NAN), one(n_y, NAN), scalar(n_y, NAN);
+      kernels::ref_matmul_quantized(type, wq.data(), xq.data(), n_rows, sh.n_in, sh.n_out, 0, sh.n_out, batch.data());
+      const int32_t cut = sh.n_out / 2 | 1;  // an odd first range, off the grid of weight tiles
+      kernels::ref_matmul_quantized(type, wq.data(), xq.data(), n_rows, sh.n_in, sh.n_out, 0, std::min(cut, sh.n_out), split.data());
+      kernels::ref_matmul_quantized(type, wq.data(), xq.data(), n_rows, sh.n_in, sh.n_out, std::min(cut, sh.n_out), sh.n_out, split.data());
+      for (int32_t r = 0; r < n_rows; ++r) {
+        kernels::ref_matmul_quantized(type, wq.data(), xq.data() + r * x_row, 1, sh.n_in, sh.n_out, 0, sh.n_out, &one[r * sh.n_out]);
+      }
+      kernels::ref_matmul_quantized_scalar(type, wq.data(), xq.data(), n_rows, sh.n_in, sh.n_out, 0, sh.n_out, scalar.data());
+      const std::string where = std::string(tensor_type_name(c.weight)) + " n_in " + std::to_string(sh.n_in) +
+                                " n_out " + std::to_string(sh.n_out) + " rows " + std::to_string(n_rows);
+      for (size_t i = 0; i < n_y; ++i) ASSERT_TRUE(std::isfinite(batch[i])) << where << " [" << i << "]";
+      EXPECT_EQ(std::memcmp(batch.data(), one.data(), n_y * 4), 0) << where << ": batch vs one row at a time";
+      EXPECT_EQ(std::memcmp(batch.data(), split.data(), n_y * 4), 0) << where << ": whole vs split output range";
+      // The scalar twin's tolerance is none: the vector code gives its bits.
+      EXPECT_EQ(std::memcmp(batch.data(), scalar.data(), n_y * 4), 0) << where << ": vector vs scalar";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantMatmul, kCases, case_name);

@@ -3,6 +3,8 @@
 // exits, and self-speculative decoding equal to full depth token for token.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <filesystem>
 
@@ -174,6 +176,38 @@ TEST(EarlyExitForward, LayerAccountingPerPolicy) {
     EXPECT_GE(r.row_confidence[0], 0.0f);
     EXPECT_LE(r.row_confidence[0], 1.0f);
   }
+}
+
+// Observe mode runs every exit head beside the full-depth pass: the logits are those of a plain
+// pass bit for bit, and each exit's top-1 is what a fixed-depth pass leaving there predicts.
+TEST(EarlyExitForward, ObserveModeRecordsEachExitWithoutChangingTheOutput) {
+  Fixture f(six_layer_model());
+  auto pass = [&](int seq, bool observe, ExitRule rule) {
+    ForwardBatch b;
+    b.observe_exits = observe;
+    b.seqs.push_back(f.entry(seq, kPrompt, 0, rule, LogitsWanted::kAll));
+    return f.run(b);
+  };
+  const ForwardResult plain = pass(0, false, {});
+  const ForwardResult seen = pass(1, true, {});
+  ASSERT_EQ(seen.logits, plain.logits);
+  EXPECT_TRUE(plain.observed.empty());
+  ASSERT_EQ(seen.observed_layers, (std::vector<int32_t>{2, 4}));
+  ASSERT_EQ(seen.observed.size(), 2u);
+  for (size_t e = 0; e < 2; ++e) {
+    ExitRule fixed;
+    fixed.policy = ExitPolicy::kFixedDepth;
+    fixed.depth = seen.observed_layers[e];
+    const ForwardResult at_exit = pass(2 + static_cast<int>(e), false, fixed);
+    ASSERT_EQ(seen.observed[e].size(), kPrompt.size());
+    for (size_t r = 0; r < kPrompt.size(); ++r) {
+      const float* row = at_exit.row(r);
+      const auto top1 = static_cast<int32_t>(std::max_element(row, row + at_exit.n_vocab) - row);
+      EXPECT_EQ(seen.observed[e][r].top1, top1) << "exit " << fixed.depth << " row " << r;
+      EXPECT_NEAR(seen.observed[e][r].top1_prob, at_exit.row_confidence[r], 1e-6);
+    }
+  }
+  EXPECT_EQ(seen.head_rows, plain.head_rows + 2 * static_cast<int64_t>(kPrompt.size()));
 }
 
 TEST(EarlyExitForward, PerExitThresholdsDecideWhereTokensLeave) {
