@@ -62,9 +62,11 @@ void ref_paged_attention(const float* q, const PagedKV& cache, const AttentionPl
 // The CPU backend's attention: the same result as ref_paged_attention (within rounding), faster.
 // Work items are (token, KV head, context split): each serves the KV head's query heads, so a K/V
 // row is read and converted once for all of them, and long contexts of a few tokens are split so
-// that every thread has work (a merge of the splits follows, as on the GPU).
+// that every thread has work (a merge of the splits follows, as on the GPU). A token's splits
+// (every 256 positions of its context) depend on nothing else, so its result does not depend on
+// the batch or the threads.
 struct CpuAttentionWork {
-  int32_t n_splits = 1;       // context splits per (token, KV head)
+  int32_t n_splits = 1;       // context splits of the longest context: items per (token, KV head)
   int64_t n_items = 0;        // n_tokens * n_kv_heads * n_splits
   int64_t workspace_floats = 0;  // partial results when n_splits > 1
 };

@@ -18,10 +18,11 @@
 namespace helios::kernels {
 namespace {
 
-// Context positions one split covers at least: below this, splitting costs more than it saves.
-constexpr int32_t kMinSplitLen = 256;
+// Context positions per split. A token's splits depend on its own context length only, never on
+// the batch around it, so its result is the same bits alone, chunked or batched.
+constexpr int32_t kSplitLen = 256;
 
-inline int32_t split_len(int32_t n_ctx, int32_t n_splits) { return (n_ctx + n_splits - 1) / n_splits; }
+inline int32_t splits_of(int32_t n_ctx) { return (n_ctx + kSplitLen - 1) / kSplitLen; }
 
 // hd values of a K or V row as floats in dst.
 inline void load_row(const void* base, KvType type, int64_t offset, int32_t hd, float* dst) {
@@ -174,8 +175,9 @@ void attention_item(const float* q, const PagedKV& cache, const AttentionPlan& p
   const int32_t split = static_cast<int32_t>(item % work.n_splits);
   const int32_t kvh = static_cast<int32_t>(item / work.n_splits % n_kv);
   const int32_t t = static_cast<int32_t>(item / work.n_splits / n_kv);
-  const int32_t n_ctx = plan.positions[t] + 1, len = split_len(n_ctx, work.n_splits);
-  const int32_t p0 = std::min(n_ctx, split * len), p1 = std::min(n_ctx, p0 + len), n = p1 - p0;
+  const int32_t n_ctx = plan.positions[t] + 1, token_splits = splits_of(n_ctx);
+  if (split >= token_splits) return;  // a shorter context than the batch's longest
+  const int32_t p0 = split * kSplitLen, p1 = std::min(n_ctx, p0 + kSplitLen), n = p1 - p0;
   const int32_t* table = plan.block_tables + static_cast<int64_t>(plan.token_seq[t]) * plan.max_blocks_per_seq;
   const int64_t kv_row = static_cast<int64_t>(n_kv) * hd;
 
@@ -215,7 +217,7 @@ void attention_item(const float* q, const PagedKV& cache, const AttentionPlan& p
 
   for (int32_t j = 0; j < group; ++j) {
     const int64_t pair = static_cast<int64_t>(t) * n_heads + h0 + j;
-    if (work.n_splits == 1) {
+    if (token_splits == 1) {
       const float inv = 1.0f / s.sum[j];
       for (int32_t i = 0; i < hd; ++i) out[pair * hd + i] = s.acc[j * hd + i] * inv;
       continue;
@@ -237,13 +239,9 @@ CpuAttentionWork cpu_attention_work(const AttentionPlan& plan, int32_t n_heads, 
   if (plan.n_tokens <= 0 || n_kv_heads <= 0) return w;
   int32_t max_ctx = 0;
   for (int32_t t = 0; t < plan.n_tokens; ++t) max_ctx = std::max(max_ctx, plan.positions[t] + 1);
+  (void)n_threads;  // the split does not depend on the threads either: results stay reproducible
   const int64_t pairs = static_cast<int64_t>(plan.n_tokens) * n_kv_heads;
-  // Split only when there are too few (token, KV head) items to keep the threads evenly busy
-  // (a few decoding sequences), and only as far as each split keeps a useful length.
-  if (pairs < 4LL * n_threads) {
-    const int64_t want = (4LL * n_threads + pairs - 1) / pairs;
-    w.n_splits = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(want, max_ctx / kMinSplitLen)));
-  }
+  w.n_splits = splits_of(max_ctx);
   w.n_items = pairs * w.n_splits;
   if (w.n_splits > 1) w.workspace_floats = static_cast<int64_t>(plan.n_tokens) * n_heads * w.n_splits * (head_dim + 2);
   return w;
@@ -266,13 +264,14 @@ void cpu_attention_merge(const AttentionPlan& plan, int32_t n_heads, int32_t hea
     const float* part = workspace + pair * ns * (head_dim + 2);
     const float* ml = part + static_cast<int64_t>(ns) * head_dim;
     const int32_t t = static_cast<int32_t>(pair / n_heads);
-    const int32_t n_ctx = plan.positions[t] + 1, len = split_len(n_ctx, ns);
+    const int32_t token_splits = splits_of(plan.positions[t] + 1);
+    if (token_splits == 1) continue;  // written whole by its item
     float m = -INFINITY;
-    for (int32_t s = 0; s * len < n_ctx; ++s) m = std::max(m, ml[2 * s]);
+    for (int32_t s = 0; s < token_splits; ++s) m = std::max(m, ml[2 * s]);
     float total = 0;
     float* o = out + pair * head_dim;
     std::fill(o, o + head_dim, 0.0f);
-    for (int32_t s = 0; s * len < n_ctx; ++s) {  // splits past the context are empty
+    for (int32_t s = 0; s < token_splits; ++s) {
       const float w = std::exp(ml[2 * s] - m);
       total += w * ml[2 * s + 1];
       axpy(w, part + static_cast<int64_t>(s) * head_dim, head_dim, o);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -161,19 +162,50 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CpuPagedAttention,
                                            CpuShape{12, 2, 128, 16, 8}, CpuShape{8, 8, 16, 4, 64},
                                            CpuShape{9, 1, 64, 16, 2}, CpuShape{4, 2, 12, 8, 16}));
 
-TEST(CpuPagedAttention, ManyTokensOrFewThreadsNeedNoSplit) {
+TEST(CpuPagedAttention, SplitsFollowTheLongestContextOnly) {
   std::vector<int32_t> seq(64, 0), pos(64);
-  for (int i = 0; i < 64; ++i) pos[i] = 1000 + i;
+  for (int i = 0; i < 64; ++i) pos[i] = 1000 + i;  // contexts 1001..1064: 4 and 5 splits of 256
   const std::vector<int32_t> table(80, 0);
   const kernels::AttentionPlan prompt{64, seq.data(), pos.data(), table.data(), 80};
-  EXPECT_EQ(kernels::cpu_attention_work(prompt, 9, 3, 64, 2).n_splits, 1);
+  const kernels::CpuAttentionWork many = kernels::cpu_attention_work(prompt, 9, 3, 64, 2);
+  EXPECT_EQ(many.n_splits, 5);
+  EXPECT_EQ(many.n_items, 64 * 3 * 5);
+  EXPECT_EQ(many.workspace_floats, 64LL * 9 * 5 * (64 + 2));
+  EXPECT_EQ(kernels::cpu_attention_work(prompt, 9, 3, 64, 16).n_splits, 5);  // not the threads
+  pos[0] = 10;
   const kernels::AttentionPlan one{1, seq.data(), pos.data(), table.data(), 80};
-  const kernels::CpuAttentionWork decode = kernels::cpu_attention_work(one, 9, 3, 64, 2);
-  EXPECT_GT(decode.n_splits, 1);  // 3 items for 2 threads at a context of 1001
-  EXPECT_EQ(decode.n_items, 3 * decode.n_splits);
-  EXPECT_EQ(decode.workspace_floats, 9LL * decode.n_splits * (64 + 2));
-  pos[0] = 10;  // too short to be worth splitting
   EXPECT_EQ(kernels::cpu_attention_work(one, 9, 3, 64, 2).n_splits, 1);
+  EXPECT_EQ(kernels::cpu_attention_work(one, 9, 3, 64, 2).workspace_floats, 0);
+}
+
+// A token's result is the same bits whatever else is in the batch: alone, or beside a much longer
+// context that splits the batch more.
+TEST(CpuPagedAttention, ATokensResultDoesNotDependOnTheBatch) {
+  const int n_heads = 4, n_kv = 2, hd = 16, block = 16, max_blocks = 80, n_blocks = 2 * max_blocks;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  std::vector<float> k(static_cast<size_t>(n_blocks) * block * n_kv * hd), v(k.size());
+  for (auto& x : k) x = normal(rng);
+  for (auto& x : v) x = normal(rng);
+  kernels::PagedKV cache{k.data(), v.data(), n_blocks, block, n_kv, hd};
+  std::vector<int32_t> tables(2 * max_blocks);
+  for (int i = 0; i < 2 * max_blocks; ++i) tables[i] = i;
+  std::vector<float> q(2 * n_heads * hd);
+  for (auto& x : q) x = normal(rng);
+  auto run = [&](const std::vector<int32_t>& seqs, const std::vector<int32_t>& positions) {
+    const kernels::AttentionPlan plan{static_cast<int32_t>(seqs.size()), seqs.data(), positions.data(), tables.data(),
+                                      max_blocks};
+    const kernels::CpuAttentionWork work = kernels::cpu_attention_work(plan, n_heads, n_kv, hd, 2);
+    std::vector<float> ws(work.workspace_floats), out(seqs.size() * n_heads * hd);
+    for (int share = 0; share < 2; ++share)
+      kernels::cpu_paged_attention(q.data(), cache, plan, n_heads, 0.25f, work, share, 2, ws.data(), out.data());
+    kernels::cpu_attention_merge(plan, n_heads, hd, work, ws.data(), 0, static_cast<int64_t>(seqs.size()) * n_heads,
+                                 out.data());
+    return out;
+  };
+  const std::vector<float> alone = run({0}, {600});
+  const std::vector<float> batched = run({0, 1}, {600, 1200});
+  ASSERT_EQ(std::memcmp(alone.data(), batched.data(), alone.size() * sizeof(float)), 0);
 }
 
 TEST(KvWrite, F16CacheHoldsTheRoundedValues) {
