@@ -39,19 +39,6 @@ inline float sum_lanes_avx2(__m256 acc) {
   x = _mm_add_ss(x, _mm_movehdup_ps(x));
   return _mm_cvtss_f32(x);
 }
-// Unsigned 8-bit × signed 8-bit, each 4 consecutive products summed → 8 int32 lanes. No
-// intermediate can saturate: every weight here is below 64 and every activation within ±128.
-inline __m256i lane_sums_u8_avx2(__m256i u, __m256i s) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-#else
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-#endif
-}
-// Signed × signed: the sign of a moves onto b, so |a| can be the unsigned side.
-inline __m256i lane_sums_i8_avx2(__m256i a, __m256i b) {
-  return lane_sums_u8_avx2(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
-}
 // 16 bytes of packed nibbles → 32 bytes: low nibbles first, then high nibbles.
 inline __m256i nibbles_avx2(const uint8_t* qs) {
   const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
@@ -60,41 +47,73 @@ inline __m256i nibbles_avx2(const uint8_t* qs) {
 }
 #endif
 
-// --- The row driver.
-// y[r, o] = dot(w[o], x[r]) for o in [out_begin, out_end) and every r < n_rows. Each weight row is
-// taken against the activation rows four at a time (Dot::rows<4>, a register tile that unpacks
-// the weights once), then one at a time. Dot::rows<R> computes each of its R results exactly as
-// rows<1> would, so a row's result does not depend on how many rows the batch has.
-template <typename W, typename A, typename Dot>
-void matmul_rows(const Dot& dot, const void* w, const void* xq, int nb, int32_t n_rows,
-                 int32_t n_out, int32_t out_begin, int32_t out_end, float* y) {
+// --- The tile drivers.
+// y[r, o] = dot(w[o], x[r]) for o in [out_begin, out_end) and every r < n_rows, in register tiles
+// of K weight rows × R activation rows, so that a weight block is unpacked once for R activation
+// rows and an activation block read once for K weight rows. A tile computes each of its results
+// exactly as a tile of 1 × 1 would, so a result depends neither on its tile, nor on the batch,
+// nor on the thread split.
+
+// A tile's results v[i·K + k] into y[r + i, o + k].
+template <int K, int R>
+inline void store_tile(const float* v, int32_t o, int32_t r, int32_t n_out, float* y) {
+  for (int i = 0; i < R; ++i)
+    for (int k = 0; k < K; ++k) y[static_cast<int64_t>(r + i) * n_out + o + k] = v[i * K + k];
+}
+
+// The activation rows go in chunks (of whole tiles) that stay in L2 while every weight row
+// passes over them.
+inline int32_t row_chunk(int64_t row_bytes, int R) {
+  const int64_t fit = 512 * 1024 / row_bytes;
+  return static_cast<int32_t>(fit < R ? R : fit - fit % R);
+}
+
+// f.template operator()<n>(i) over [i, end): in steps of N while they fit, then of N/2, ..., 1.
+template <int N, typename F>
+inline void steps(int32_t i, int32_t end, F&& f) {
+  for (; i + N <= end; i += N) f.template operator()<N>(i);
+  if constexpr (N > 1) steps<N / 2>(i, end, f);
+}
+
+// The tiles over weight rows [out_begin, out_end) × activation rows [r0, r1): group(o, k) before
+// the k weight rows from o, then tile.template operator()<K', R'>(o, r) for each tile of them,
+// the edges in tiles of halving sizes.
+template <int K, int R, typename Group, typename Tile>
+void walk_tiles(int32_t out_begin, int32_t out_end, int32_t r0, int32_t r1, Group&& group, Tile&& tile) {
+  steps<K>(out_begin, out_end, [&]<int KT>(int32_t o) {
+    group(o, KT);
+    steps<R>(r0, r1, [&]<int RT>(int32_t r) { tile.template operator()<KT, RT>(o, r); });
+  });
+}
+
+// Over the blocks as they are: Dot::tile<K, R>(weight rows, activation rows, nb, out[R·K]).
+template <typename W, typename A, int K, int R, typename Dot>
+void matmul_tiles(const Dot& dot, const void* w, const void* xq, int nb, int32_t n_rows,
+                  int32_t n_out, int32_t out_begin, int32_t out_end, float* y) {
   const auto* wb = static_cast<const W*>(w);
   const auto* xb = static_cast<const A*>(xq);
-  for (int32_t o = out_begin; o < out_end; ++o) {
-    const W* wo = wb + static_cast<int64_t>(o) * nb;
-    int32_t r = 0;
-    for (; r + 4 <= n_rows; r += 4) {
-      const A* xs[4];
-      for (int k = 0; k < 4; ++k) xs[k] = xb + static_cast<int64_t>(r + k) * nb;
-      float v[4];
-      dot.template rows<4>(wo, xs, nb, v);
-      for (int k = 0; k < 4; ++k) y[static_cast<int64_t>(r + k) * n_out + o] = v[k];
-    }
-    for (; r < n_rows; ++r) {
-      const A* xs[1] = {xb + static_cast<int64_t>(r) * nb};
-      float v[1];
-      dot.template rows<1>(wo, xs, nb, v);
-      y[static_cast<int64_t>(r) * n_out + o] = v[0];
-    }
+  const int32_t chunk = row_chunk(static_cast<int64_t>(nb) * sizeof(A), R);
+  for (int32_t r0 = 0; r0 < n_rows; r0 += chunk) {
+    const int32_t r1 = n_rows - r0 < chunk ? n_rows : r0 + chunk;
+    walk_tiles<K, R>(out_begin, out_end, r0, r1, [](int32_t, int) {}, [&]<int KT, int RT>(int32_t o, int32_t r) {
+      const W* ws[KT];
+      const A* xs[RT];
+      for (int k = 0; k < KT; ++k) ws[k] = wb + static_cast<int64_t>(o + k) * nb;
+      for (int i = 0; i < RT; ++i) xs[i] = xb + static_cast<int64_t>(r + i) * nb;
+      float v[RT * KT];
+      dot.template tile<KT, RT>(ws, xs, nb, v);
+      store_tile<KT, RT>(v, o, r, n_out, y);
+    });
   }
 }
 
-// A one-row reference dot product as a Dot for matmul_rows.
+// A one-row reference dot product as a Dot for matmul_tiles.
 template <typename W, typename A, float (*F)(const W*, const A*, int)>
 struct ScalarDot {
-  template <int R>
-  void rows(const W* w, const A* const* x, int nb, float* out) const {
-    for (int r = 0; r < R; ++r) out[r] = F(w, x[r], nb);
+  template <int K, int R>
+  void tile(const W* const* w, const A* const* x, int nb, float* out) const {
+    for (int r = 0; r < R; ++r)
+      for (int k = 0; k < K; ++k) out[r * K + k] = F(w[k], x[r], nb);
   }
 };
 
@@ -102,7 +121,7 @@ struct ScalarDot {
 // Q8_K activations, as llama.cpp's quantize_row_q8_K: d = max/−127 of the value of largest
 // magnitude, q = round-half-even(x·(−127/max)) (≤ 127), bsums per 16.
 void quantize_q8_k(const float* x, BlockQ8_K* y, int nb);
-// y as matmul_rows for Q4_K, Q5_K and Q6_K weights; `vector`: the AVX2 code where this build has
+// y as matmul_tiles for Q4_K, Q5_K and Q6_K weights; `vector`: the AVX2 code where this build has
 // it, else the scalar reference. False for other types.
 bool matmul_k_quant(uint32_t weight_type, bool vector, const void* w, const void* xq, int nb,
                     int32_t n_rows, int32_t n_out, int32_t out_begin, int32_t out_end, float* y);

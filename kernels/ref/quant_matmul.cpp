@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/kernels.h"
 #include "kernels/ref/fp16.h"
@@ -93,8 +94,6 @@ constexpr auto dot_q5_1 = dot_blocks<BlockQ5_1, BlockQ8_1, unpack_q5_1, true>;
 
 // --- AVX2: the same arithmetic on 32 bytes at a time.
 #if HELIOS_QUANT_AVX2
-using quant::lane_sums_i8_avx2;
-using quant::lane_sums_u8_avx2;
 using quant::nibbles_avx2;
 using quant::sum_lanes_avx2;
 
@@ -108,204 +107,222 @@ inline __m256i high_bits_avx2(const uint8_t* qh) {
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
 }
 
-float dot_q8_0_avx2(const BlockQ8_0* w, const BlockQ8_0* x, int nb) {
-  __m256 acc = _mm256_setzero_ps();
-  for (int b = 0; b < nb; ++b) {
-    const __m256 scale = _mm256_set1_ps(fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
-    acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(lane_sums_i8_avx2(load32(w[b].qs), load32(x[b].qs))), acc);
-  }
-  return sum_lanes_avx2(acc);
-}
-
-float dot_q4_0_avx2(const BlockQ4_0* w, const BlockQ8_0* x, int nb) {
-  __m256 acc = _mm256_setzero_ps();
-  for (int b = 0; b < nb; ++b) {
-    const __m256 scale = _mm256_set1_ps(fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
-    const __m256i qw = _mm256_sub_epi8(nibbles_avx2(w[b].qs), _mm256_set1_epi8(8));
-    acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(lane_sums_i8_avx2(qw, load32(x[b].qs))), acc);
-  }
-  return sum_lanes_avx2(acc);
-}
-
-float dot_q4_1_avx2(const BlockQ4_1* w, const BlockQ8_1* x, int nb) {
-  float sum_min = 0;
-  __m256 acc = _mm256_setzero_ps();
-  for (int b = 0; b < nb; ++b) {
-    sum_min = std::fma(fp16_to_fp32(w[b].m), fp16_to_fp32(x[b].s), sum_min);
-    const __m256 scale = _mm256_set1_ps(fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
-    // 0..15: unsigned × signed needs no sign trick
-    acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(lane_sums_u8_avx2(nibbles_avx2(w[b].qs), load32(x[b].qs))), acc);
-  }
-  return sum_lanes_avx2(acc) + sum_min;
-}
-
-// Four Q4_1 weight rows against R (1 or 2) activation rows, a register tile: each weight block is
-// unpacked once for the R rows and each activation block loaded once for the four weight rows.
-// Every output is computed with the same arithmetic, in the same order, as dot_q4_1, so the
-// results are bit-identical to it (and so independent of the batch).
-template <int R>
-void dot4_q4_1(const BlockQ4_1* const w[4], const BlockQ8_1* const x[R], int nb, float out[R][4]) {
-  __m256 acc[R][4];
-  float sum_min[R][4];
-  for (int r = 0; r < R; ++r) {
-    for (int k = 0; k < 4; ++k) {
-      acc[r][k] = _mm256_setzero_ps();
-      sum_min[r][k] = 0;
-    }
-  }
-  for (int b = 0; b < nb; ++b) {
-    __m256i qx[R];
-    float xd[R], xs[R];
-    for (int r = 0; r < R; ++r) {
-      qx[r] = load32(x[r][b].qs);
-      xd[r] = fp16_to_fp32(x[r][b].d);
-      xs[r] = fp16_to_fp32(x[r][b].s);
-    }
-    for (int k = 0; k < 4; ++k) {
-      const BlockQ4_1& wb = w[k][b];
-      const float wd = fp16_to_fp32(wb.d), wm = fp16_to_fp32(wb.m);
-      const __m256i qw = nibbles_avx2(wb.qs);
-      for (int r = 0; r < R; ++r) {
-        sum_min[r][k] = std::fma(wm, xs[r], sum_min[r][k]);
-        const __m256 scale = _mm256_set1_ps(wd * xd[r]);
-        acc[r][k] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(lane_sums_u8_avx2(qw, qx[r])), acc[r][k]);
-      }
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    for (int k = 0; k < 4; ++k) out[r][k] = sum_lanes_avx2(acc[r][k]) + sum_min[r][k];
-  }
-}
-
-void matmul_q4_1_tiles(const uint8_t* wb, int64_t w_row, const uint8_t* xb, int64_t x_row, int nb,
-                       int32_t n_rows, int32_t n_out, int32_t o, float* y) {
-  const BlockQ4_1* rows[4];
-  for (int k = 0; k < 4; ++k) rows[k] = reinterpret_cast<const BlockQ4_1*>(wb + (o + k) * w_row);
-  int32_t r = 0;
-  for (; r + 2 <= n_rows; r += 2) {
-    const BlockQ8_1* xs[2] = {reinterpret_cast<const BlockQ8_1*>(xb + r * x_row),
-                              reinterpret_cast<const BlockQ8_1*>(xb + (r + 1) * x_row)};
-    float v[2][4];
-    dot4_q4_1<2>(rows, xs, nb, v);
-    for (int i = 0; i < 2; ++i)
-      for (int k = 0; k < 4; ++k) y[static_cast<int64_t>(r + i) * n_out + o + k] = v[i][k];
-  }
-  for (; r < n_rows; ++r) {
-    const BlockQ8_1* xs[1] = {reinterpret_cast<const BlockQ8_1*>(xb + r * x_row)};
-    float v[1][4];
-    dot4_q4_1<1>(rows, xs, nb, v);
-    for (int k = 0; k < 4; ++k) y[static_cast<int64_t>(r) * n_out + o + k] = v[0][k];
-  }
-}
-
-// Q5_0 (signed, q − 16) and Q5_1 (unsigned, with a minimum): one weight block unpacked once for
-// R activation rows, each row's sums in dot_q5_0 / dot_q5_1's order.
-template <bool kMin>
-struct DotQ5Avx2 {
-  using W = std::conditional_t<kMin, BlockQ5_1, BlockQ5_0>;
-  using A = std::conditional_t<kMin, BlockQ8_1, BlockQ8_0>;
-  template <int R>
-  void rows(const W* w, const A* const* x, int nb, float* out) const {
-    __m256 acc[R];
-    float sum_min[R];
-    for (int r = 0; r < R; ++r) {
-      acc[r] = _mm256_setzero_ps();
-      sum_min[r] = 0;
-    }
-    for (int b = 0; b < nb; ++b) {
-      __m256i qw = _mm256_or_si256(nibbles_avx2(w[b].qs), high_bits_avx2(w[b].qh));
-      if constexpr (!kMin) qw = _mm256_sub_epi8(qw, _mm256_set1_epi8(16));
-      const float wd = fp16_to_fp32(w[b].d);
-      for (int r = 0; r < R; ++r) {
-        const A& xb = x[r][b];
-        __m256i lanes;
-        if constexpr (kMin) {
-          sum_min[r] = std::fma(fp16_to_fp32(w[b].m), fp16_to_fp32(xb.s), sum_min[r]);
-          lanes = lane_sums_u8_avx2(qw, load32(xb.qs));
-        } else {
-          lanes = lane_sums_i8_avx2(qw, load32(xb.qs));
-        }
-        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(wd * fp16_to_fp32(xb.d)), _mm256_cvtepi32_ps(lanes), acc[r]);
-      }
-    }
-    for (int r = 0; r < R; ++r) out[r] = kMin ? sum_lanes_avx2(acc[r]) + sum_min[r] : sum_lanes_avx2(acc[r]);
+// How the vector code reads each weight type's block: its 32 values as bytes (Q8_0: signed,
+// then the sign moves onto the activations), as nibbles, or as nibbles and fifth bits, less
+// Offset (Q4_0, Q5_0). The types with a minimum take it against the Q8_1 activations' sums.
+enum class Bits { kEight, kFour, kFive };
+template <typename Block, typename Act, Bits B, int Offset>
+struct Type32 {
+  using W = Block;
+  using A = Act;
+  static constexpr bool kSigned = B == Bits::kEight;
+  static constexpr int kOffset = Offset;
+  static __m256i values(const W& b) {
+    if constexpr (B == Bits::kEight) return load32(b.qs);
+    else if constexpr (B == Bits::kFour) return nibbles_avx2(b.qs);
+    else return _mm256_or_si256(nibbles_avx2(b.qs), high_bits_avx2(b.qh));
   }
 };
-#endif
+using Q8_0Avx2 = Type32<BlockQ8_0, BlockQ8_0, Bits::kEight, 0>;
+using Q4_0Avx2 = Type32<BlockQ4_0, BlockQ8_0, Bits::kFour, 8>;
+using Q4_1Avx2 = Type32<BlockQ4_1, BlockQ8_1, Bits::kFour, 0>;
+using Q5_0Avx2 = Type32<BlockQ5_0, BlockQ8_0, Bits::kFive, 16>;
+using Q5_1Avx2 = Type32<BlockQ5_1, BlockQ8_1, Bits::kFive, 0>;
 
-int64_t weight_row_bytes(uint32_t type, int32_t n_in) {
-  const int64_t nb = n_in / block_values(type);
-  switch (type) {
-    case kWeightQ4_0: return nb * sizeof(BlockQ4_0);
-    case kWeightQ4_1: return nb * sizeof(BlockQ4_1);
-    case kWeightQ5_0: return nb * sizeof(BlockQ5_0);
-    case kWeightQ5_1: return nb * sizeof(BlockQ5_1);
-    case kWeightQ4_K: return nb * sizeof(BlockQ4_K);
-    case kWeightQ5_K: return nb * sizeof(BlockQ5_K);
-    case kWeightQ6_K: return nb * sizeof(BlockQ6_K);
-    default: return nb * sizeof(BlockQ8_0);
+// Rows of 32-value blocks as the tiles read them, unpacked: the values as bytes, 32-byte aligned
+// (no load splits a cache line), the scales and the minimums (or the activations' block sums) as
+// floats, rows padded to whole groups of 8 blocks. A view is passed by value, so that the tile
+// keeps its pointers in registers.
+struct Unpacked {
+  struct alignas(32) Bytes { int8_t v[32]; };
+  const Bytes* qs;
+  const float *ds, *ms;
+  int stride;
+
+  static constexpr int kGroup = 8;  // the tile forms this many blocks' scales at a time
+  __m256i q(int32_t r, int b) const { return _mm256_load_si256(reinterpret_cast<const __m256i*>(qs[r * stride + b].v)); }
+  float d(int32_t r, int b) const { return ds[r * stride + b]; }
+  float m(int32_t r, int b) const { return ms[r * stride + b]; }
+  // wd·xd for the 8 blocks from b.
+  void scales(int32_t r, int b, const Unpacked& x, int32_t xr, float* out) const {
+    _mm256_store_ps(out, _mm256_mul_ps(_mm256_loadu_ps(&ds[r * stride + b]), _mm256_loadu_ps(&x.ds[xr * x.stride + b])));
+  }
+};
+
+// The storage behind an Unpacked view, kept by each thread from call to call.
+struct UnpackedRows {
+  int stride = 0;
+  std::vector<Unpacked::Bytes> qs;
+  std::vector<float> ds, ms;
+
+  template <typename B, typename Values>
+  void unpack(const B* blocks, int32_t rows, int nb, Values values) {
+    stride = (nb + 7) & ~7;
+    const size_t n = static_cast<size_t>(rows) * stride;
+    if (qs.size() < n) {
+      qs.resize(n);
+      ds.resize(n);
+      ms.resize(n);
+    }
+    for (int32_t r = 0; r < rows; ++r) {
+      const B* row = blocks + static_cast<int64_t>(r) * nb;
+      const size_t at = static_cast<size_t>(r) * stride;
+      for (int b = 0; b < nb; ++b) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(qs[at + b].v), values(row[b]));
+        ds[at + b] = fp16_to_fp32(row[b].d);
+        if constexpr (requires { row[b].m; }) ms[at + b] = fp16_to_fp32(row[b].m);
+        if constexpr (requires { row[b].s; }) ms[at + b] = fp16_to_fp32(row[b].s);
+      }
+      for (int b = nb; b < stride; ++b) ds[at + b] = 0;
+    }
+  }
+  Unpacked from(int32_t row) const {
+    const size_t at = static_cast<size_t>(row) * stride;
+    return {qs.data() + at, ds.data() + at, ms.data() + at, stride};
+  }
+};
+
+// Weight rows read from their blocks as they are, with Unpacked's interface, one block's scale at
+// a time: for a lone activation row, where each block is read once and the weights stream from
+// memory (unpacking them first would only add a copy, and a group's scales would wait on its
+// last block).
+template <typename T>
+struct BlockRows {
+  const typename T::W* w;
+  int nb;
+
+  static constexpr int kGroup = 1;
+  __m256i q(int32_t r, int b) const { return T::values(w[r * nb + b]); }
+  float m(int32_t r, int b) const { return fp16_to_fp32(w[r * nb + b].m); }
+  void scales(int32_t r, int b, const Unpacked& x, int32_t xr, float* out) const {
+    out[0] = fp16_to_fp32(w[r * nb + b].d) * x.d(xr, b);
+  }
+};
+
+// K weight rows against R activation rows, block by block. The integer lanes are the scalar
+// reference's: an offset comes off as offset·x per pair of products (exact, and cheaper than
+// moving signs; no 16-bit pair sum can saturate: weights at most 128 in size, activations at
+// most 127). Every result
+// takes its float sums in the reference's order: per block one fused multiply-add per lane with
+// the scale wd·xd, the minimum's sum apart, the lanes added last. The scales are read as
+// broadcasts from memory: the accumulators want the registers.
+template <typename T, int K, int R, typename WRows>
+void tile32(const WRows w, const Unpacked x, int nb, float* out) {
+  constexpr bool kMin = std::is_same_v<typename T::A, BlockQ8_1>;
+  constexpr int G = WRows::kGroup;
+  __m256 acc[R][K];
+  __m128 sum_min[R][K];  // in lane 0: as a float, the compiler would pack them into an integer register
+  for (int r = 0; r < R; ++r) {
+    for (int k = 0; k < K; ++k) {
+      acc[r][k] = _mm256_setzero_ps();
+      sum_min[r][k] = _mm_setzero_ps();
+    }
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int b0 = 0; b0 < nb; b0 += G) {
+    alignas(32) float scale[R][K][G];
+    for (int k = 0; k < K; ++k)
+      for (int r = 0; r < R; ++r) w.scales(k, b0, x, r, scale[r][k]);
+    const int n = nb - b0 < G ? nb - b0 : G;
+    for (int i = 0; i < n; ++i) {
+      const int b = b0 + i;
+      for (int r = 0; r < R; ++r) {
+        const __m256i qx = x.q(r, b);
+        // offset·(x_2j + x_2j+1) in 16-bit lane j
+        const __m256i off = T::kOffset ? _mm256_maddubs_epi16(_mm256_set1_epi8(T::kOffset), qx) : _mm256_setzero_si256();
+        for (int k = 0; k < K; ++k) {
+          const __m256i qw = w.q(k, b);
+          __m256i pairs;
+          if constexpr (T::kSigned) {
+            pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw));
+          } else {
+            pairs = _mm256_maddubs_epi16(qw, qx);
+            if constexpr (T::kOffset != 0) pairs = _mm256_sub_epi16(pairs, off);
+          }
+          if constexpr (kMin) sum_min[r][k] = _mm_fmadd_ss(_mm_set_ss(w.m(k, b)), _mm_set_ss(x.m(r, b)), sum_min[r][k]);
+          const __m256 lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+          acc[r][k] = _mm256_fmadd_ps(_mm256_broadcast_ss(&scale[r][k][i]), lanes, acc[r][k]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int k = 0; k < K; ++k) {
+      out[r * K + k] = kMin ? sum_lanes_avx2(acc[r][k]) + _mm_cvtss_f32(sum_min[r][k]) : sum_lanes_avx2(acc[r][k]);
+    }
   }
 }
 
-// One (weight row, activation row) product of a 32-block type.
-float dot_row(uint32_t type, bool vector, const uint8_t* w, const uint8_t* x, int nb) {
-#if HELIOS_QUANT_AVX2
-  if (vector) {
-    switch (type) {
-      case kWeightQ4_0: return dot_q4_0_avx2(reinterpret_cast<const BlockQ4_0*>(w), reinterpret_cast<const BlockQ8_0*>(x), nb);
-      case kWeightQ4_1: return dot_q4_1_avx2(reinterpret_cast<const BlockQ4_1*>(w), reinterpret_cast<const BlockQ8_1*>(x), nb);
-      default: return dot_q8_0_avx2(reinterpret_cast<const BlockQ8_0*>(w), reinterpret_cast<const BlockQ8_0*>(x), nb);
-    }
+// Tiles of 4 weight rows × 2 activation rows over unpacked rows: the activations unpacked once
+// per chunk, each group of weight rows once per chunk. A small batch (decode) takes the weights
+// as they stream in instead, one row at a time (interleaved rows defeat the prefetchers, and
+// unpacking them first would not overlap the reads with the products). The types with a minimum
+// pay for it pair by pair, so their unpacking pays off only on larger batches.
+template <typename T>
+void matmul_avx2(const void* w, const void* xq, int nb, int32_t n_rows, int32_t n_out, int32_t out_begin,
+                 int32_t out_end, float* y) {
+  constexpr int K = 4, R = 2;
+  constexpr int32_t kStreamRows = std::is_same_v<typename T::A, BlockQ8_1> ? 12 : R;
+  thread_local UnpackedRows xs, ws;
+  const auto* wb = static_cast<const typename T::W*>(w);
+  const auto* xb = static_cast<const typename T::A*>(xq);
+  const auto x_values = [](const typename T::A& b) { return load32(b.qs); };
+  if (n_rows <= kStreamRows) {
+    xs.unpack(xb, n_rows, nb, x_values);
+    quant::walk_tiles<1, R>(out_begin, out_end, 0, n_rows, [](int32_t, int) {}, [&]<int KT, int RT>(int32_t o, int32_t r) {
+      float v[RT];
+      tile32<T, 1, RT>(BlockRows<T>{wb + static_cast<int64_t>(o) * nb, nb}, xs.from(r), nb, v);
+      quant::store_tile<1, RT>(v, o, r, n_out, y);
+    });
+    return;
   }
-#else
-  (void)vector;
+  const int32_t chunk = quant::row_chunk(static_cast<int64_t>(nb) * (sizeof(Unpacked::Bytes) + 8), R);
+  for (int32_t r0 = 0; r0 < n_rows; r0 += chunk) {
+    const int32_t r1 = n_rows - r0 < chunk ? n_rows : r0 + chunk;
+    xs.unpack(xb + static_cast<int64_t>(r0) * nb, r1 - r0, nb, x_values);
+    quant::walk_tiles<K, R>(
+        out_begin, out_end, r0, r1, [&](int32_t o, int k) { ws.unpack(wb + static_cast<int64_t>(o) * nb, k, nb, T::values); },
+        [&]<int KT, int RT>(int32_t o, int32_t r) {
+          float v[RT * KT];
+          tile32<T, KT, RT>(ws.from(0), xs.from(r - r0), nb, v);
+          quant::store_tile<KT, RT>(v, o, r, n_out, y);
+        });
+  }
+}
 #endif
-  switch (type) {
-    case kWeightQ4_0: return dot_q4_0(reinterpret_cast<const BlockQ4_0*>(w), reinterpret_cast<const BlockQ8_0*>(x), nb);
-    case kWeightQ4_1: return dot_q4_1(reinterpret_cast<const BlockQ4_1*>(w), reinterpret_cast<const BlockQ8_1*>(x), nb);
-    default: return dot_q8_0(reinterpret_cast<const BlockQ8_0*>(w), reinterpret_cast<const BlockQ8_0*>(x), nb);
-  }
+
+template <typename W, typename A, float (*F)(const W*, const A*, int)>
+void matmul_scalar(const void* w, const void* xq, int nb, int32_t n_rows, int32_t n_out, int32_t out_begin,
+                   int32_t out_end, float* y) {
+  quant::matmul_tiles<W, A, 1, 1>(quant::ScalarDot<W, A, F>{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
 }
 
 void matmul(uint32_t type, bool vector, const void* w, const void* xq, int32_t n_rows, int32_t n_in,
             int32_t n_out, int32_t out_begin, int32_t out_end, float* y) {
   const int nb = n_in / block_values(type);
   if (quant::matmul_k_quant(type, vector, w, xq, nb, n_rows, n_out, out_begin, out_end, y)) return;
-  if (type == kWeightQ5_0 || type == kWeightQ5_1) {
+  void (*run)(const void*, const void*, int, int32_t, int32_t, int32_t, int32_t, float*) = nullptr;
 #if HELIOS_QUANT_AVX2
-    if (vector) {
-      if (type == kWeightQ5_0) {
-        quant::matmul_rows<BlockQ5_0, BlockQ8_0>(DotQ5Avx2<false>{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
-      } else {
-        quant::matmul_rows<BlockQ5_1, BlockQ8_1>(DotQ5Avx2<true>{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
-      }
-      return;
+  if (vector) {
+    switch (type) {
+      case kWeightQ4_0: run = matmul_avx2<Q4_0Avx2>; break;
+      case kWeightQ4_1: run = matmul_avx2<Q4_1Avx2>; break;
+      case kWeightQ5_0: run = matmul_avx2<Q5_0Avx2>; break;
+      case kWeightQ5_1: run = matmul_avx2<Q5_1Avx2>; break;
+      default: run = matmul_avx2<Q8_0Avx2>; break;
     }
-#endif
-    if (type == kWeightQ5_0) {
-      quant::matmul_rows<BlockQ5_0, BlockQ8_0>(quant::ScalarDot<BlockQ5_0, BlockQ8_0, dot_q5_0>{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
-    } else {
-      quant::matmul_rows<BlockQ5_1, BlockQ8_1>(quant::ScalarDot<BlockQ5_1, BlockQ8_1, dot_q5_1>{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
-    }
-    return;
-  }
-  const int64_t w_row = weight_row_bytes(type, n_in);
-  const int64_t x_row = ref_activation_row_bytes(type, n_in);
-  const auto* wb = static_cast<const uint8_t*>(w);
-  const auto* xb = static_cast<const uint8_t*>(xq);
-  int32_t o = out_begin;
-#if HELIOS_QUANT_AVX2
-  // Q4_1 in groups of four weight rows (the common case for Q4_1 models).
-  if (vector && type == kWeightQ4_1) {
-    for (; o + 4 <= out_end; o += 4) matmul_q4_1_tiles(wb, w_row, xb, x_row, nb, n_rows, n_out, o, y);
   }
 #endif
-  // Each weight row is read once and used for every activation row while it is in cache.
-  for (; o < out_end; ++o) {
-    for (int32_t r = 0; r < n_rows; ++r) {
-      y[static_cast<int64_t>(r) * n_out + o] = dot_row(type, vector, wb + o * w_row, xb + r * x_row, nb);
+  if (!run) {
+    switch (type) {
+      case kWeightQ4_0: run = matmul_scalar<BlockQ4_0, BlockQ8_0, dot_q4_0>; break;
+      case kWeightQ4_1: run = matmul_scalar<BlockQ4_1, BlockQ8_1, dot_q4_1>; break;
+      case kWeightQ5_0: run = matmul_scalar<BlockQ5_0, BlockQ8_0, dot_q5_0>; break;
+      case kWeightQ5_1: run = matmul_scalar<BlockQ5_1, BlockQ8_1, dot_q5_1>; break;
+      default: run = matmul_scalar<BlockQ8_0, BlockQ8_0, dot_q8_0>; break;
     }
   }
+  run(w, xq, nb, n_rows, n_out, out_begin, out_end, y);
 }
 
 }  // namespace

@@ -100,36 +100,49 @@ float dot_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int nb) {
   return acc.sum();
 }
 
-// --- AVX2: one weight super-block unpacked once for R activation rows.
+// --- AVX2: one weight row against R activation rows, sub-block by sub-block, so that each
+// sub-block's weights are unpacked once for the R rows; every result takes the scalar
+// reference's sums in its order (the integer sums are exact).
 #if HELIOS_QUANT_AVX2
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
 // The 4 float min lanes added as Q4_K's scalar reference adds them.
 inline float sum4_avx2(__m128 x) {
   x = _mm_add_ps(x, _mm_movehl_ps(x, x));
   return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
 }
 
-// Each sub-block's products times its scale: 8 int32 lanes of the whole super-block.
-inline __m256i scaled_sums_avx2(const __m256i q[8], const __m256i scale[8], const int8_t* a) {
-  __m256i sumi = _mm256_setzero_si256();
-  for (int j = 0; j < 8; ++j) {
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 32 * j));
-    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scale[j], _mm256_maddubs_epi16(q[j], x)));
-  }
-  return sumi;
+// A Q4_K/Q5_K super-block's 8 scales (low 128 bits) and 8 mins (high) as 16-bit integers:
+// k_quant_scale_min for all j at once, on 32-bit words.
+inline __m256i scales_mins_avx2(const uint8_t* packed) {
+  uint32_t u[3];
+  std::memcpy(u, packed, 12);
+  constexpr uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+  const uint32_t sc_lo = u[0] & low6, sc_hi = (u[2] & low4) | ((u[0] >> 6) & low2) << 4;
+  const uint32_t mn_lo = u[1] & low6, mn_hi = ((u[2] >> 4) & low4) | ((u[1] >> 6) & low2) << 4;
+  return _mm256_cvtepu8_epi16(_mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi),
+                                             static_cast<int>(mn_lo), static_cast<int>(mn_hi)));
 }
 
-// Q4_K and Q5_K: the 4 int32 min lanes, as min_lanes.
-inline __m128i min_lanes_avx2(__m128i mins16, const BlockQ8_K& x) {
-  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.bsums));
-  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.bsums + 8));
-  return _mm_madd_epi16(mins16, _mm_hadd_epi16(lo, hi));
+// Sub-block j (32 weights q, 16-bit scales) against the R activation rows' super-block b, into
+// their 8 int32 lanes. The empty asm keeps each row's running sum in its register: left free, the
+// compiler reassociates the sums of a whole super-block into partial products that spill.
+template <int R>
+inline void sub_block_avx2(__m256i q, __m256i scale, const BlockQ8_K* const* x, int b, int j, __m256i* sumi) {
+  for (int r = 0; r < R; ++r) {
+    const __m256i p = _mm256_maddubs_epi16(q, load256(x[r][b].qs + 32 * j));
+    sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(scale, p));
+    asm("" : "+x"(sumi[r]));
+  }
 }
 
 template <bool kFiveBits>
 struct DotQ45KAvx2 {
   using W = std::conditional_t<kFiveBits, BlockQ5_K, BlockQ4_K>;
-  template <int R>
-  void rows(const W* w, const BlockQ8_K* const* x, int nb, float* out) const {
+  template <int K, int R>
+  void tile(const W* const* wr, const BlockQ8_K* const* x, int nb, float* out) const {
+    static_assert(K == 1, "one weight row, whose unpacked sub-block serves the R rows");
+    const W* w = wr[0];
     __m256 acc[R];
     __m128 acc_m[R];
     float summs[R];
@@ -138,37 +151,35 @@ struct DotQ45KAvx2 {
       acc_m[r] = _mm_setzero_ps();
       summs[r] = 0;
     }
-    const __m256i m4 = _mm256_set1_epi8(0xF);
+    const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
     for (int b = 0; b < nb; ++b) {
       const W& wb = w[b];
-      uint8_t sc[8], mn[8];
-      scales_mins(wb.scales, sc, mn);
-      uint64_t mn64;
-      std::memcpy(&mn64, mn, 8);
-      const __m128i mins16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(mn64)));
-      __m256i q[8], scale[8];
-      for (int k = 0; k < 4; ++k) {
-        const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs + 32 * k));
-        q[2 * k] = _mm256_and_si256(bits, m4);
-        q[2 * k + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-      }
-      if constexpr (kFiveBits) {
-        const __m256i hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qh));
-        const __m256i one = _mm256_set1_epi8(1);
-        for (int j = 0; j < 8; ++j) {
-          const __m256i h = _mm256_and_si256(_mm256_srli_epi16(hbits, j), one);
-          q[j] = _mm256_or_si256(q[j], _mm256_slli_epi16(h, 4));
+      const __m256i sm = scales_mins_avx2(wb.scales);
+      const __m256i scales = _mm256_permute2x128_si256(sm, sm, 0x00);  // in both halves
+      const __m128i mins = _mm256_extracti128_si256(sm, 1);
+      __m256i sumi[R];
+      for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        const __m256i bits = load256(wb.qs + 32 * (j / 2));
+        __m256i q = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(bits, 4) : bits, m4);
+        if constexpr (kFiveBits) {
+          q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(load256(wb.qh), j), one), 4));
         }
+        const __m256i scale = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<int16_t>((2 * j + 1) << 8 | 2 * j)));
+        sub_block_avx2<R>(q, scale, x, b, j, sumi);
       }
-      for (int j = 0; j < 8; ++j) scale[j] = _mm256_set1_epi16(sc[j]);
       const float wd = fp16_to_fp32(wb.d), wdmin = fp16_to_fp32(wb.dmin);
       for (int r = 0; r < R; ++r) {
         const BlockQ8_K& xb = x[r][b];
-        const __m256i sumi = scaled_sums_avx2(q, scale, xb.qs);
-        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(xb.d * wd), _mm256_cvtepi32_ps(sumi), acc[r]);
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(xb.d * wd), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+        // The 4 min lanes as min_lanes: sub-blocks 2i and 2i+1 in lane i, from the activations'
+        // 32-value sums (16-bit lane j: sub-block j).
+        const __m128i sums = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.bsums)),
+                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.bsums + 8)));
+        const __m128i m = _mm_madd_epi16(mins, sums);
         const float dmin = -xb.d * wdmin;
-        const __m128i m = min_lanes_avx2(mins16, xb);
-        if (kFiveBits) {
+        if constexpr (kFiveBits) {
           const __m128i s2 = _mm_add_epi32(m, _mm_unpackhi_epi64(m, m));
           const int32_t isum = _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, 1)));
           summs[r] = std::fma(dmin, static_cast<float>(isum), summs[r]);
@@ -182,37 +193,36 @@ struct DotQ45KAvx2 {
 };
 
 struct DotQ6KAvx2 {
-  template <int R>
-  void rows(const BlockQ6_K* w, const BlockQ8_K* const* x, int nb, float* out) const {
+  template <int K, int R>
+  void tile(const BlockQ6_K* const* wr, const BlockQ8_K* const* x, int nb, float* out) const {
+    static_assert(K == 1, "one weight row, whose unpacked sub-block serves the R rows");
+    const BlockQ6_K* w = wr[0];
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
     for (int b = 0; b < nb; ++b) {
       const BlockQ6_K& wb = w[b];
-      __m256i q[8], scale[8];
-      for (int half = 0; half < 2; ++half) {
-        const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.ql + 64 * half));
-        const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.ql + 64 * half + 32));
-        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qh + 32 * half));
-        auto top = [&](int shift) { return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, shift), m3), 4); };
-        q[4 * half + 0] = _mm256_or_si256(_mm256_and_si256(lo, m4), top(0));
-        q[4 * half + 1] = _mm256_or_si256(_mm256_and_si256(hi, m4), top(2));
-        q[4 * half + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo, 4), m4), top(4));
-        q[4 * half + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(hi, 4), m4), top(6));
-      }
-      // Group g of 32 has two scales of 16: the low 128 bits take the first.
+      const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.scales));
+      __m256i sumi[R];
+      for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
+      // Group g of 32 values, in half g / 4: 4 bits from ql (low or high nibbles of one of two
+      // 32-byte rows) and 2 from qh; its two scales of 16, the first in the low 128 bits.
+#pragma GCC unroll 8
       for (int g = 0; g < 8; ++g) {
-        scale[g] = _mm256_setr_m128i(_mm_set1_epi16(wb.scales[2 * g]), _mm_set1_epi16(wb.scales[2 * g + 1]));
+        const int half = g / 4, i = g % 4;
+        const __m256i lo = load256(wb.ql + 64 * half + 32 * (i % 2));
+        const __m256i top = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(load256(wb.qh + 32 * half), 2 * i), m3), 4);
+        const __m256i q = _mm256_or_si256(_mm256_and_si256(i < 2 ? lo : _mm256_srli_epi16(lo, 4), m4), top);
+        const __m128i pick = _mm_unpacklo_epi64(_mm_set1_epi8(static_cast<char>(2 * g)), _mm_set1_epi8(static_cast<char>(2 * g + 1)));
+        sub_block_avx2<R>(q, _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick)), x, b, g, sumi);
       }
+      const __m256i scales16 = _mm256_cvtepi8_epi16(scales);
       const float wd = fp16_to_fp32(wb.d);
-      const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.scales)));
       for (int r = 0; r < R; ++r) {
         const BlockQ8_K& xb = x[r][b];
-        const __m256i sumi = scaled_sums_avx2(q, scale, xb.qs);
         // The offset −32: 32·(sc·bsum) per pair of groups, as the scalar reference subtracts it.
-        const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.bsums));
-        const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(bsums, scales16), 5);
-        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(xb.d * wd), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi, offset)), acc[r]);
+        const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(load256(xb.bsums), scales16), 5);
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(xb.d * wd), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[r], offset)), acc[r]);
       }
     }
     for (int r = 0; r < R; ++r) out[r] = sum_lanes_avx2(acc[r]);
@@ -254,9 +264,9 @@ bool matmul_k_quant(uint32_t weight_type, bool vector, const void* w, const void
 #if HELIOS_QUANT_AVX2
   if (vector) {
     switch (weight_type) {
-      case kWeightQ4_K: matmul_rows<BlockQ4_K, BlockQ8_K>(DotQ45KAvx2<false>{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y); return true;
-      case kWeightQ5_K: matmul_rows<BlockQ5_K, BlockQ8_K>(DotQ45KAvx2<true>{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y); return true;
-      case kWeightQ6_K: matmul_rows<BlockQ6_K, BlockQ8_K>(DotQ6KAvx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y); return true;
+      case kWeightQ4_K: matmul_tiles<BlockQ4_K, BlockQ8_K, 1, 8>(DotQ45KAvx2<false>{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y); return true;
+      case kWeightQ5_K: matmul_tiles<BlockQ5_K, BlockQ8_K, 1, 8>(DotQ45KAvx2<true>{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y); return true;
+      case kWeightQ6_K: matmul_tiles<BlockQ6_K, BlockQ8_K, 1, 8>(DotQ6KAvx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y); return true;
       default: return false;
     }
   }
@@ -264,9 +274,9 @@ bool matmul_k_quant(uint32_t weight_type, bool vector, const void* w, const void
   (void)vector;
 #endif
   switch (weight_type) {
-    case kWeightQ4_K: matmul_rows<BlockQ4_K, BlockQ8_K>(ScalarDot<BlockQ4_K, BlockQ8_K, dot_q4_k>{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y); return true;
-    case kWeightQ5_K: matmul_rows<BlockQ5_K, BlockQ8_K>(ScalarDot<BlockQ5_K, BlockQ8_K, dot_q5_k>{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y); return true;
-    case kWeightQ6_K: matmul_rows<BlockQ6_K, BlockQ8_K>(ScalarDot<BlockQ6_K, BlockQ8_K, dot_q6_k>{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y); return true;
+    case kWeightQ4_K: matmul_tiles<BlockQ4_K, BlockQ8_K, 1, 1>(ScalarDot<BlockQ4_K, BlockQ8_K, dot_q4_k>{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y); return true;
+    case kWeightQ5_K: matmul_tiles<BlockQ5_K, BlockQ8_K, 1, 1>(ScalarDot<BlockQ5_K, BlockQ8_K, dot_q5_k>{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y); return true;
+    case kWeightQ6_K: matmul_tiles<BlockQ6_K, BlockQ8_K, 1, 1>(ScalarDot<BlockQ6_K, BlockQ8_K, dot_q6_k>{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y); return true;
     default: return false;
   }
 }
