@@ -41,8 +41,9 @@ HELIOS = os.path.join(BINARY_DIR, "helios")
 SMOLLM2 = os.path.join(SOURCE_DIR, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 STORIES_DIR = os.path.join(SOURCE_DIR, "tests", "data", "stories260K")
 
-# stories260K: 5 layers, kv_dim 32 → one 16-token KV block holds 2 × 5 × 16 × 32 × 4 bytes.
-STORIES_BLOCK_BYTES = 2 * 5 * 16 * 32 * 4
+# stories260K: 5 layers, kv_dim 32 → one 16-token KV block of the default f16 cache holds
+# 2 × 5 × 16 × 32 × 2 bytes.
+STORIES_BLOCK_BYTES = 2 * 5 * 16 * 32 * 2
 
 START_TIMEOUT_S = 60     # config → health SERVING
 STOP_TIMEOUT_S = 30      # SIGTERM → exit
