@@ -71,7 +71,7 @@ struct CpuAttentionWork {
   int64_t workspace_floats = 0;  // partial results when n_splits > 1
 };
 CpuAttentionWork cpu_attention_work(const AttentionPlan& plan, int32_t n_heads, int32_t n_kv_heads,
-                                    int32_t head_dim, int32_t n_threads);
+                                    int32_t head_dim);
 // Items i = first, first + stride, ... below work.n_items (a strided share keeps the causal
 // triangle of a prompt balanced across threads). `workspace`: work.workspace_floats floats.
 void cpu_paged_attention(const float* q, const PagedKV& cache, const AttentionPlan& plan,

@@ -234,12 +234,11 @@ void attention_item(const float* q, const PagedKV& cache, const AttentionPlan& p
 }  // namespace
 
 CpuAttentionWork cpu_attention_work(const AttentionPlan& plan, int32_t n_heads, int32_t n_kv_heads,
-                                    int32_t head_dim, int32_t n_threads) {
+                                    int32_t head_dim) {
   CpuAttentionWork w;
   if (plan.n_tokens <= 0 || n_kv_heads <= 0) return w;
   int32_t max_ctx = 0;
   for (int32_t t = 0; t < plan.n_tokens; ++t) max_ctx = std::max(max_ctx, plan.positions[t] + 1);
-  (void)n_threads;  // the split does not depend on the threads either: results stay reproducible
   const int64_t pairs = static_cast<int64_t>(plan.n_tokens) * n_kv_heads;
   w.n_splits = splits_of(max_ctx);
   w.n_items = pairs * w.n_splits;

@@ -9,6 +9,7 @@
 #include "cli/model_setup.h"
 #include "helios/chat_template.h"
 #include "helios/generate.h"
+#include "helios/model_setup.h"
 
 namespace helios::cli {
 
@@ -79,9 +80,13 @@ int cmd_generate(int argc, char** argv) {
   auto rule = exit_rule_from_args(args, model, args.str("policy"), args.str("threshold"));
   if (!rule.ok()) return usage_error("generate", rule.status().message());
   opt.exit = *rule;
-  const std::string kv_type = args.str("kv-type");
-  const bool f16 = kv_type == "f16" || (kv_type == "auto" && loaded->backend->supports_kv_type(kernels::KvType::kF16));
-  opt.kv_type = f16 ? kernels::KvType::kF16 : kernels::KvType::kF32;
+  EngineConfig kv_choice;  // the engine's own rule for auto, f16 and f32
+  if (args.str("kv-type") != "auto") {
+    kv_choice.kv_cache_type = args.str("kv-type") == "f16" ? kernels::KvType::kF16 : kernels::KvType::kF32;
+  }
+  auto kv_type = resolve_kv_type(kv_choice, *loaded->backend);
+  if (!kv_type.ok()) return usage_error("generate", kv_type.status().message());
+  opt.kv_type = *kv_type;
   const double load_s = loaded->load_seconds;
 
   const Tokenizer& tok = model.tokenizer();

@@ -13,6 +13,7 @@
 #include "helios/calibrate.h"
 #include "helios/exit_profile.h"
 #include "helios/generate.h"
+#include "helios/teacher_forced.h"
 
 namespace helios::cli {
 namespace {
@@ -24,25 +25,12 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 StatusOr<ExitObservations> teacher_forced(Model& model, const std::vector<std::vector<TokenId>>& sequences) {
   size_t max_len = 1;
   for (const auto& s : sequences) max_len = std::max(max_len, s.size());
-  constexpr int32_t kBlock = 16;
-  const int32_t n_blocks = blocks_for_tokens(static_cast<int32_t>(max_len), kBlock);
-  HELIOS_ASSIGN_OR_RETURN(auto kv, KvCacheStorage::create(model.backend(), model.kv_config(), n_blocks, kBlock));
-  BlockAllocator allocator(n_blocks);
-  BlockTable table;
-  if (!reserve_tokens(allocator, table, static_cast<int32_t>(max_len), kBlock)) {
-    return internal_error("KV blocks sized for the longest sequence ran out");
-  }
-  HELIOS_RETURN_IF_ERROR(model.reserve_workspace(static_cast<int32_t>(max_len)));
+  HELIOS_ASSIGN_OR_RETURN(auto runner, TeacherForcedRunner::create(model, max_len));
+  ForwardBatch observe;
+  observe.observe_exits = true;
   ExitObservations obs;
   for (const auto& seq : sequences) {
-    ForwardBatch batch;
-    batch.observe_exits = true;
-    SequenceBatchEntry e;
-    e.tokens = seq;
-    e.blocks = &table;
-    e.logits = LogitsWanted::kAll;
-    batch.seqs.push_back(std::move(e));
-    HELIOS_ASSIGN_OR_RETURN(ForwardResult fr, model.forward(batch, kv));
+    HELIOS_ASSIGN_OR_RETURN(ForwardResult fr, runner.run(seq, {}, observe));
     obs.add_pass(fr);
   }
   return obs;

@@ -9,6 +9,7 @@
 
 #include "helios/distill.h"
 #include "helios/sampler.h"
+#include "helios/teacher_forced.h"
 
 namespace helios {
 namespace {
@@ -16,7 +17,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-constexpr int32_t kBlockSize = 16;    // KV cache tokens per block for the calibration pass
 constexpr int64_t kHeadChunkRows = 256;  // rows per exit-head pass: bounds the [rows, n_vocab] logits
 
 void say(const ProgressLog& log, const std::string& line) {
@@ -84,15 +84,9 @@ StatusOr<HiddenStates> collect_hidden_states(Model& model, const std::vector<std
     return invalid_argument("calibration sequences of " + std::to_string(max_len) + " tokens exceed the model's context (" +
                             std::to_string(c.n_ctx_train) + "); use a smaller --seq-len");
   }
-  // One sequence at a time: a cache for the longest, reused (each pass rewrites positions 0..n-1
-  // before attending to them).
-  const int32_t n_blocks = blocks_for_tokens(static_cast<int32_t>(max_len), kBlockSize);
-  HELIOS_ASSIGN_OR_RETURN(auto kv, KvCacheStorage::create(model.backend(), c, n_blocks, kBlockSize));
-  BlockAllocator allocator(n_blocks);
-  BlockTable table;
-  if (!reserve_tokens(allocator, table, static_cast<int32_t>(max_len), kBlockSize)) {
-    return internal_error("KV blocks sized for the longest calibration sequence ran out");
-  }
+  HELIOS_ASSIGN_OR_RETURN(auto runner, TeacherForcedRunner::create(model, max_len));
+  ForwardBatch capture;
+  capture.capture_layers = out.layers;
 
   out.states.assign(out.layers.size(), {});
   for (auto& s : out.states) s.reserve(total * c.n_embd);
@@ -100,14 +94,7 @@ StatusOr<HiddenStates> collect_hidden_states(Model& model, const std::vector<std
   const auto t0 = Clock::now();
   size_t done = 0, next_report = total / 10;
   for (size_t s = 0; s < sequences.size(); ++s) {
-    ForwardBatch batch;
-    batch.capture_layers = out.layers;
-    SequenceBatchEntry e;
-    e.tokens = sequences[s];
-    e.blocks = &table;
-    e.logits = LogitsWanted::kAll;
-    batch.seqs.push_back(std::move(e));
-    HELIOS_ASSIGN_OR_RETURN(ForwardResult fr, model.forward(batch, kv));
+    HELIOS_ASSIGN_OR_RETURN(ForwardResult fr, runner.run(sequences[s], {}, capture));
     for (size_t r = 0; r < fr.row_seq.size(); ++r) {
       out.final_top1.push_back(argmax(fr.row(r), fr.n_vocab));
       out.sequence.push_back(static_cast<int32_t>(s));

@@ -20,7 +20,7 @@ using Clock = std::chrono::steady_clock;
 
 // One mini-batch through the head: a = x W^T + b, u = a / rms(a), z = (u * g) E^T.
 struct HeadPass {
-  std::vector<float> a, u, inv_rms, z;
+  std::vector<float> a, u, inv_rms, z, scaled;
 
   void run(const HostHead& h, const float* x, int32_t rows, const std::vector<float>& w, const std::vector<float>& b) {
     const int32_t d = h.n_embd, v = h.n_vocab;
@@ -33,7 +33,7 @@ struct HeadPass {
     }
     u.resize(a.size());
     inv_rms.resize(rows);
-    std::vector<float> scaled(a.size());
+    scaled.resize(a.size());
     for (int32_t r = 0; r < rows; ++r) {
       const float* ar = a.data() + static_cast<size_t>(r) * d;
       double sum_sq = 0;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "helios/generate.h"
+#include "helios/teacher_forced.h"
 
 namespace helios {
 namespace {
@@ -83,25 +84,12 @@ StatusOr<PerplexityResult> teacher_forced_perplexity(Model& model, const ExitRul
   size_t max_len = 0;
   for (const auto& s : sequences) max_len = std::max(max_len, s.size());
   if (max_len < 2) return invalid_argument("perplexity needs a sequence of 2+ tokens; the text gave none");
-  const int32_t n_blocks = blocks_for_tokens(static_cast<int32_t>(max_len), kBlockSize);
-  HELIOS_ASSIGN_OR_RETURN(auto kv, KvCacheStorage::create(model.backend(), model.config(), n_blocks, kBlockSize));
-  BlockAllocator allocator(n_blocks);
-  BlockTable table;
-  if (!reserve_tokens(allocator, table, static_cast<int32_t>(max_len), kBlockSize)) {
-    return internal_error("KV blocks sized for the longest sequence ran out");
-  }
+  HELIOS_ASSIGN_OR_RETURN(auto runner, TeacherForcedRunner::create(model, max_len));
   PerplexityResult out;
   double sum_nll = 0, sum_exit = 0;
   for (const auto& seq : sequences) {
     if (seq.size() < 2) continue;
-    ForwardBatch batch;
-    SequenceBatchEntry e;
-    e.tokens = seq;
-    e.blocks = &table;
-    e.logits = LogitsWanted::kAll;
-    e.exit = rule;
-    batch.seqs.push_back(std::move(e));
-    HELIOS_ASSIGN_OR_RETURN(ForwardResult fr, model.forward(batch, kv));
+    HELIOS_ASSIGN_OR_RETURN(ForwardResult fr, runner.run(seq, rule));
     for (size_t i = 0; i + 1 < seq.size(); ++i) {
       sum_nll += nll(fr.row(i), fr.n_vocab, seq[i + 1]);
       sum_exit += fr.row_exit_layer[i];

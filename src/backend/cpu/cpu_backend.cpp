@@ -88,7 +88,7 @@ class CpuBackend final : public Backend {
                        const kernels::AttentionPlan& plan, int32_t n_heads, float scale,
                        float* out) override {
     const kernels::CpuAttentionWork work =
-        kernels::cpu_attention_work(plan, n_heads, cache.n_kv_heads, cache.head_dim, pool_.size());
+        kernels::cpu_attention_work(plan, n_heads, cache.n_kv_heads, cache.head_dim);
     attention_parts_.resize(static_cast<size_t>(work.workspace_floats));
     // One share of items per thread, strided (see cpu_paged_attention).
     pool_.parallel_for(pool_.size(), [&](int64_t begin, int64_t end) {

@@ -146,7 +146,7 @@ TEST_P(CpuPagedAttention, MatchesTheReference) {
     kernels::ref_paged_attention(queries.data(), cache, plan, s.n_heads, scale, 0,
                                  static_cast<int64_t>(n_tokens) * s.n_heads, expected.data());
     const kernels::CpuAttentionWork work =
-        kernels::cpu_attention_work(plan, s.n_heads, s.n_kv_heads, s.head_dim, s.n_threads);
+        kernels::cpu_attention_work(plan, s.n_heads, s.n_kv_heads, s.head_dim);
     std::vector<float> workspace(work.workspace_floats, NAN);
     for (int share = 0; share < s.n_threads; ++share)
       kernels::cpu_paged_attention(queries.data(), cache, plan, s.n_heads, scale, work, share, s.n_threads,
@@ -167,15 +167,14 @@ TEST(CpuPagedAttention, SplitsFollowTheLongestContextOnly) {
   for (int i = 0; i < 64; ++i) pos[i] = 1000 + i;  // contexts 1001..1064: 4 and 5 splits of 256
   const std::vector<int32_t> table(80, 0);
   const kernels::AttentionPlan prompt{64, seq.data(), pos.data(), table.data(), 80};
-  const kernels::CpuAttentionWork many = kernels::cpu_attention_work(prompt, 9, 3, 64, 2);
+  const kernels::CpuAttentionWork many = kernels::cpu_attention_work(prompt, 9, 3, 64);
   EXPECT_EQ(many.n_splits, 5);
   EXPECT_EQ(many.n_items, 64 * 3 * 5);
   EXPECT_EQ(many.workspace_floats, 64LL * 9 * 5 * (64 + 2));
-  EXPECT_EQ(kernels::cpu_attention_work(prompt, 9, 3, 64, 16).n_splits, 5);  // not the threads
   pos[0] = 10;
   const kernels::AttentionPlan one{1, seq.data(), pos.data(), table.data(), 80};
-  EXPECT_EQ(kernels::cpu_attention_work(one, 9, 3, 64, 2).n_splits, 1);
-  EXPECT_EQ(kernels::cpu_attention_work(one, 9, 3, 64, 2).workspace_floats, 0);
+  EXPECT_EQ(kernels::cpu_attention_work(one, 9, 3, 64).n_splits, 1);
+  EXPECT_EQ(kernels::cpu_attention_work(one, 9, 3, 64).workspace_floats, 0);
 }
 
 // A token's result is the same bits whatever else is in the batch: alone, or beside a much longer
@@ -195,7 +194,7 @@ TEST(CpuPagedAttention, ATokensResultDoesNotDependOnTheBatch) {
   auto run = [&](const std::vector<int32_t>& seqs, const std::vector<int32_t>& positions) {
     const kernels::AttentionPlan plan{static_cast<int32_t>(seqs.size()), seqs.data(), positions.data(), tables.data(),
                                       max_blocks};
-    const kernels::CpuAttentionWork work = kernels::cpu_attention_work(plan, n_heads, n_kv, hd, 2);
+    const kernels::CpuAttentionWork work = kernels::cpu_attention_work(plan, n_heads, n_kv, hd);
     std::vector<float> ws(work.workspace_floats), out(seqs.size() * n_heads * hd);
     for (int share = 0; share < 2; ++share)
       kernels::cpu_paged_attention(q.data(), cache, plan, n_heads, 0.25f, work, share, 2, ws.data(), out.data());
