@@ -76,6 +76,10 @@ struct CalibrationOptions {
   int32_t held_out_every = 5;    // every 5th sequence (or token, with < 5 sequences) is held out
   double target_agreement = 0.9; // per-exit thresholds: the share of leaving tokens that must agree
   bool distill = false;          // also train each adapter by distillation (slower: see distill.h)
+  // Which head each exit keeps: "best" (identity, ridge or distilled, the best on held-out
+  // agreement), or one of "lens" (identity), "ridge", "distilled" (needs distill) whatever it scores,
+  // to compare head kinds on the same calibration.
+  std::string head = "best";
   int32_t distill_epochs = 6;
   float distill_learning_rate = 2e-4f;
   int32_t distill_rank = 32;     // DistillOptions::rank

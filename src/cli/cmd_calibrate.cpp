@@ -41,6 +41,8 @@ int cmd_calibrate(int argc, char** argv) {
       .option("distill-epochs", "N", "distillation passes over the fit tokens (the best held-out one is kept)", "6")
       .option("distill-lr", "LR", "distillation's Adam learning rate", "2e-4")
       .option("teacher-top-k", "K", "the last layer's most likely tokens the sparse KL keeps", "64")
+      .option("head", "KIND", "the head every exit keeps: best (of lens, ridge and distilled, on held-out agreement), "
+              "or lens | ridge | distilled whatever it scores, to compare kinds on one calibration", "best")
       .option("distill-rank", "R", "distillation trains ridge + diagonal + a rank-R product; 0 = the whole matrix", "32");
   args.example("helios calibrate --model models/SmolLM2-135M-Instruct.Q4_1.gguf --exits 4,8,12,16,20,24,28 \\\n"
                "      --text ../shared/data/sharegpt/mlenergy_ShareGPT_V3_filtered_1000_prompts.json")
@@ -79,7 +81,11 @@ int cmd_calibrate(int argc, char** argv) {
     if (!(l2 >= 0)) return invalid_argument("--probe-l2 must be >= 0");
     opt.ridge = static_cast<float>(ridge);
     opt.probe_l2 = static_cast<float>(l2);
-    opt.distill = args.has("distill");
+    opt.head = args.str("head");
+    if (opt.head != "best" && opt.head != "lens" && opt.head != "ridge" && opt.head != "distilled") {
+      return invalid_argument("--head must be best, lens, ridge or distilled, got '" + opt.head + "'");
+    }
+    opt.distill = args.has("distill") || opt.head == "distilled";
     HELIOS_ASSIGN_OR_RETURN(int64_t epochs, args.integer("distill-epochs"));
     HELIOS_ASSIGN_OR_RETURN(double lr, args.number("distill-lr"));
     HELIOS_ASSIGN_OR_RETURN(int64_t top_k, args.integer("teacher-top-k"));
@@ -143,7 +149,7 @@ int cmd_calibrate(int argc, char** argv) {
   std::printf("\n%lld calibration tokens (%lld fit, %lld held out); agreement = exit top-1 == final top-1.\n",
               static_cast<long long>(data->n_tokens()), static_cast<long long>(result->exits[0].n_fit),
               static_cast<long long>(result->exits[0].n_held_out));
-  if (n_identity > 0) {
+  if (n_identity > 0 && opt.head == "best") {
     std::printf("%d exit(s) keep the identity head (logit lens): their adapter did not beat it on held-out tokens.\n",
                 n_identity);
   }

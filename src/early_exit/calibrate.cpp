@@ -179,6 +179,10 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
     return invalid_argument("fit_exit_heads needs states at the exits and at the last layer (collect_hidden_states)");
   }
   if (opt.held_out_every < 2) return invalid_argument("held_out_every must be >= 2, got " + std::to_string(opt.held_out_every));
+  if (opt.head != "best" && opt.head != "lens" && opt.head != "ridge" && opt.head != "distilled") {
+    return invalid_argument("head must be best, lens, ridge or distilled, got '" + opt.head + "'");
+  }
+  if (opt.head == "distilled" && !opt.distill) return invalid_argument("head 'distilled' needs distill on");
 
   // Held-out tokens: whole sequences when there are enough of them (neighbouring tokens are
   // alike, so a token interleave would flatter the fit), else every k-th token.
@@ -244,8 +248,13 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
     const double adapter_s = seconds_since(t0);
     std::vector<int32_t> kept_held = lens_held;
     kept_prob = lens_prob;
+    // A forced kind wins every comparison it is in and loses every other.
+    auto beats = [&](const char* kind, double candidate, double incumbent) {
+      if (opt.head != "best") return opt.head == kind;
+      return candidate > incumbent;
+    };
     double best = cal.lens_agreement;
-    if (cal.adapter_agreement > best) {
+    if (beats("ridge", cal.adapter_agreement, best)) {
       cal.kept = "ridge";
       best = cal.adapter_agreement;
       kept_held = ridge_held;
@@ -267,7 +276,7 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
       HELIOS_ASSIGN_OR_RETURN(auto distilled_held,
                               exit_head_top1(model, x_held.data(), cal.n_held_out, wd, bd, &distilled_prob));
       cal.distilled_agreement = agreement(distilled_held, final_held, held_index);
-      if (cal.distilled_agreement > best) {
+      if (beats("distilled", cal.distilled_agreement, best)) {
         cal.kept = "distilled";
         best = cal.distilled_agreement;
         kept_held = std::move(distilled_held);

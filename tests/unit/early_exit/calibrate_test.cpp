@@ -293,5 +293,35 @@ TEST(Calibrate, DistilledHeadsAndAgreementCurves) {
   EXPECT_FALSE(m.check_exit_rule(rule).ok());
 }
 
+// A forced head kind is kept at every exit whatever it scores, with its own agreement recorded,
+// so head kinds can be compared on one calibration.
+TEST(Calibrate, ForcedHeadKindIsKeptAtEveryExit) {
+  Calibrated& c = Calibrated::get();
+  for (const char* kind : {"lens", "ridge"}) {
+    SCOPED_TRACE(kind);
+    CalibrationOptions opt;
+    opt.head = kind;
+    auto result = fit_exit_heads(*c.s.model, c.data, opt);
+    ASSERT_TRUE(result.ok()) << result.status().to_string();
+    for (const ExitCalibration& e : result->exits) {
+      const ExitHeadParams* h = result->heads.find(e.layer);
+      ASSERT_NE(h, nullptr);
+      const bool lens = std::string(kind) == "lens";
+      EXPECT_EQ(e.kept, lens ? "identity" : kind);
+      EXPECT_EQ(h->adapter_weight.empty(), lens);
+      const double expected = lens ? e.lens_agreement : e.adapter_agreement;
+      EXPECT_FLOAT_EQ(h->agreement, static_cast<float>(expected));
+      EXPECT_FALSE(h->curve_prob.empty()) << "a forced lens still gets its agreement curve";
+    }
+  }
+  CalibrationOptions bad;
+  bad.head = "distilled";  // without distill
+  EXPECT_FALSE(fit_exit_heads(*c.s.model, c.data, bad).ok());
+  bad.head = "medusa";
+  auto r = fit_exit_heads(*c.s.model, c.data, bad);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("medusa"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace helios
