@@ -4,14 +4,22 @@ and `helios eval` quality rows, into OUT.md, OUT.json and OUT_pareto.png (servin
 perplexity increase, with the Pareto front).
 
 Serving labels name the point: full, per-token-<measure>-<threshold>, batch-sync-<measure>-<threshold>,
-fixed-depth-<depth>, self-speculative-<depth>; a threshold may be 'calibrated'."""
+fixed-depth-<depth>, self-speculative-<depth>; a threshold may be 'calibrated'. A label may start with
+the exit heads' kind, KIND:POINT, matched with --eval KIND=FILE."""
 import argparse
 import json
 import sys
 
 
+def split_kind(label):
+    """'ridge:fixed-depth-21' -> ('ridge', 'fixed-depth-21'); no kind -> (None, label)."""
+    kind, sep, point = label.partition(":")
+    return (kind, point) if sep else (None, label)
+
+
 def parse_label(label):
     """label -> (policy, measure, threshold, depth); None where the policy has no such setting."""
+    label = split_kind(label)[1]
     if label in ("full", "full-repeat"):
         return ("full", None, None, None)
     for policy in ("per-token", "batch-sync"):
@@ -64,7 +72,9 @@ def pareto_front(points):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--serving", required=True, help="helios-bench compare-mode JSON")
-    ap.add_argument("--eval", nargs="+", required=True, help="helios eval --json files")
+    ap.add_argument("--eval", nargs="+", required=True, help="helios eval --json files, each FILE or KIND=FILE")
+    ap.add_argument("--split", help="split_text.py's report: how calibration and evaluation text were kept apart")
+    ap.add_argument("--model-name", default="", help="the model's short name, for the plot's title")
     ap.add_argument("--command", default="", help="the command that produced the run, for the report")
     ap.add_argument("--out", required=True, help="output path without extension")
     args = ap.parse_args()
@@ -72,11 +82,16 @@ def main():
     serving = json.load(open(args.serving))
     quality = {}
     eval_meta = None
-    for path in args.eval:
+    heads = {}
+    for spec in args.eval:
+        kind, sep, path = spec.partition("=")
+        kind, path = (kind, path) if sep else (None, spec)
         doc = json.load(open(path))
         eval_meta = eval_meta or {k: doc.get(k) for k in ("model", "n_layers", "heads")}
+        heads[kind] = doc.get("heads")
         for row in doc["rows"]:
-            quality.setdefault(eval_key(row), row)
+            # full is the same model whatever the heads: the first file's row stands for all
+            quality.setdefault((None,) + eval_key(row) if row["policy"] == "full" else (kind,) + eval_key(row), row)
 
     runs = serving["runs"]
     for run in runs:  # compare mode labels runs TARGET@RATE; the target names the point
@@ -88,10 +103,12 @@ def main():
     points = []
     for run in runs:
         key = parse_label(run["point"])
-        q = quality.get(key, {})
+        kind = split_kind(run["point"])[0]
+        q = quality.get((None if key[0] == "full" else kind,) + key, {})
         s = run["summary"]
         points.append({
             "label": run["point"],
+            "heads": kind,
             "policy": key[0],
             "output_tok_s": s["output_throughput"],
             "speedup": s["output_throughput"] / base_tps if base_tps else 0.0,
@@ -117,8 +134,17 @@ def main():
         "",
         f"Command: `{args.command}`  ",
         f"Commit: {describe_commit(serving.get('commit'))}  ",
-        f"Model: {eval_meta.get('model')} ({eval_meta.get('n_layers')} layers), heads: {eval_meta.get('heads')}  ",
+        f"Model: {eval_meta.get('model')} ({eval_meta.get('n_layers')} layers)  ",
+        "Exit heads: " + (", ".join(f"{k or 'default'}: {v}" for k, v in heads.items()) or "none") + "  ",
         f"Machine: {describe_machine(serving.get('machine'))}",
+    ]
+    split = json.load(open(args.split)) if args.split else None
+    if split:
+        lines += ["", "Text: calibration " + ", ".join(f"{p} ({n} records)" for p, n in split["calibration"].items()) +
+                  f"; evaluation {split['evaluation']}, {split['evaluation_kept']} of {split['evaluation_records']} "
+                  f"conversations ({split['dropped_as_seen_in_calibration']} dropped: they share a turn with the "
+                  "calibration text)."]
+    lines += [
         "",
         "Serving: helios-bench compare mode, every server gets the same ShareGPT prompts at the same "
         "concurrency; speed-up = output tok/s / full's. Quality: `helios eval` on held-out ShareGPT text "
@@ -149,6 +175,7 @@ def main():
               ", ".join(f"{label} ({speed:.2f}x, {loss:+.1f}% ppl)" for loss, speed, label in front)]
     open(args.out + ".md", "w").write("\n".join(lines) + "\n")
     json.dump({"command": args.command, "commit": serving.get("commit"), "machine": serving.get("machine"),
+               "split": split, "heads": heads,
                "serving_noise": noise,
                "eval": eval_meta, "points": points, "pareto_front": [p[2] for p in front]},
               open(args.out + ".json", "w"), indent=2)
@@ -161,18 +188,21 @@ def main():
         print("pareto_report: matplotlib missing, no plot (apt-get install python3-matplotlib)", file=sys.stderr)
     else:
         fig, ax = plt.subplots(figsize=(8, 5.5))
-        colors = {}
-        for loss, speed, label in scored:
+        colors, markers = {}, {}
+        for loss, speed, label in scored:  # colour: the heads' kind; marker: the policy
             policy = parse_label(label)[0]
-            color = colors.setdefault(policy, f"C{len(colors)}")
-            ax.scatter(loss, speed, color=color, label=policy)  # repeated labels merge in the legend
+            kind = split_kind(label)[0] or "-"
+            color = colors.setdefault(kind, f"C{len(colors)}")
+            marker = markers.setdefault(policy, "os^Dv<>"[len(markers) % 7])
+            ax.scatter(loss, speed, color=color, marker=marker,
+                       label=policy if kind == "-" else f"{kind} {policy}")  # repeated labels merge in the legend
             ax.annotate(label, (loss, speed), fontsize=7, xytext=(4, 3), textcoords="offset points")
         if len(front) > 1:
             ax.plot([p[0] for p in front], [p[1] for p in front], "k--", linewidth=0.8, label="Pareto front")
         ax.axhline(1.0, color="grey", linewidth=0.6)
         ax.set_xlabel("perplexity increase vs full (%)")
         ax.set_ylabel("serving output tok/s speed-up vs full")
-        ax.set_title("Early exit, SmolLM2-135M Q4_1 on the CPU")
+        ax.set_title(f"Early exit, {args.model_name or eval_meta.get('model')} on the CPU")
         handles, names = ax.get_legend_handles_labels()
         unique = dict(zip(names, handles))
         ax.legend(unique.values(), unique.keys(), fontsize=8)

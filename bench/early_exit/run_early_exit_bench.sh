@@ -1,115 +1,145 @@
 #!/usr/bin/env bash
-# Early exit on SmolLM2-135M, CPU: what each policy and threshold buys in serving throughput and
-# costs in quality, side by side in one run.
-#   1. exit heads: `helios calibrate` on ShareGPT-90k first prompts (once; kept next to the model);
-#   2. throughput: helios-bench in compare mode — one heliosd per policy, the same ShareGPT prompts
-#      (mlenergy ShareGPT V3) at the same fixed concurrency, `full` first, ratios against it;
-#   3. quality: `helios eval` on held-out ShareGPT V3 text — perplexity increase and greedy token
-#      agreement with `full`, per policy and threshold;
-#      `full` runs again last (full-repeat), so the report states the run-to-run noise;
-#   4. bench/early_exit/pareto_report.py merges both into bench/results/early_exit_<time>.{md,json}
-#      and a Pareto plot (speed-up vs perplexity increase).
-# Usage: bench/early_exit/run_early_exit_bench.sh [--quick]
-#   env: NUM_PROMPTS (48), CONCURRENCY (8), OUTPUT_LEN (64), THRESHOLDS ("0.8 0.9 0.95 calibrated"),
-#        PROBE_THRESHOLDS ("0.8 0.9")
+# Early exit on the CPU, per model: what each policy buys in serving throughput and costs in
+# quality, with each kind of exit head, side by side in one run.
+#   1. exit heads, once per model and kind, kept in models/: `helios calibrate --head lens|ridge|distilled`
+#      on ShareGPT (mlenergy sg90k first prompts) + GSM8K; lens heads are the identity with their
+#      fitted agreement curve, so every kind serves the calibrated `agreement` measure;
+#   2. evaluation text: ShareGPT V3, less every conversation whose prompt is in the calibration text
+#      (split_text.py; the counts go into the report);
+#   3. throughput: helios-bench compare mode, one heliosd per (kind, policy point), the same prompts
+#      at the same concurrency, `full` first and again last (the run-to-run noise);
+#   4. quality: `helios eval` per kind on the held-out text: perplexity increase, greedy agreement,
+#      layers and LM-head rows per token, batch-1 decode speed-up;
+#   5. pareto_report.py: bench/results/early_exit_<model>_<time>.{md,json} and a Pareto plot.
+# Usage: bench/early_exit/run_early_exit_bench.sh [--model smollm2|qwen-0.5b|qwen-1.5b] [--kinds "lens ridge distilled"] [--quick]
+#   env: NUM_PROMPTS, CONCURRENCY (4), OUTPUT_LEN (48), CAL_TOKENS, DISTILL_EPOCHS (3), EVAL_TOKENS (2048)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
-NUM_PROMPTS=${NUM_PROMPTS:-48}
-CONCURRENCY=${CONCURRENCY:-8}
-OUTPUT_LEN=${OUTPUT_LEN:-64}
-THRESHOLDS=${THRESHOLDS:-"0.8 0.9 0.95 calibrated"}
-PROBE_THRESHOLDS=${PROBE_THRESHOLDS:-"0.8 0.9"}
-EVAL_TOKENS=4096
-if [ "${1:-}" = "--quick" ]; then NUM_PROMPTS=8; THRESHOLDS="0.8 calibrated"; PROBE_THRESHOLDS="0.8"; EVAL_TOKENS=512; fi
+MODEL_KEY=smollm2
+KINDS="lens ridge distilled"
+QUICK=0
+ARGS="$*"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --model) MODEL_KEY=$2; shift 2 ;;
+    --kinds) KINDS=$2; shift 2 ;;
+    --quick) QUICK=1; shift ;;
+    -h|--help) sed -n 2,16p "$0"; exit 0 ;;
+    *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
 
-MODEL=$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
-HEADS=$ROOT/models/SmolLM2-135M-Instruct.Q4_1.exits.gguf
-EXITS="4,8,12,16,20,24,28"
-# Calibration and evaluation text: ShareGPT prompts from the data folder beside the repository,
-# or any ShareGPT JSON given as CAL_TEXT / EVAL_TEXT.
-CAL_TEXT=${CAL_TEXT:-$ROOT/../shared/data/sharegpt/mlenergy_sg90k_first_prompts_2978_sorted.json}
-EVAL_TEXT=${EVAL_TEXT:-$ROOT/../shared/data/sharegpt/mlenergy_ShareGPT_V3_filtered_1000_prompts.json}
+# Per model: file, exits, the fixed depth (three quarters), the self-speculative draft exit (half),
+# calibration tokens and serving prompts (fewer for the bigger models: every point serves them all).
+case "$MODEL_KEY" in
+  smollm2)   MODEL=$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf; EXITS=8,15,22; FIXED=22; DRAFT=15
+             CAL_DEFAULT=8192; PROMPTS_DEFAULT=32 ;;
+  qwen-0.5b) MODEL=$ROOT/models/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf; EXITS=6,12,18; FIXED=18; DRAFT=12
+             CAL_DEFAULT=4096; PROMPTS_DEFAULT=16 ;;
+  qwen-1.5b) MODEL=$ROOT/models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf; EXITS=7,14,21; FIXED=21; DRAFT=14
+             CAL_DEFAULT=4096; PROMPTS_DEFAULT=12 ;;
+  *) echo "--model must be smollm2, qwen-0.5b or qwen-1.5b" >&2; exit 2 ;;
+esac
+CAL_TOKENS=${CAL_TOKENS:-$CAL_DEFAULT}  # distillation's cost grows with them: minutes per exit on 2 cores
+DISTILL_EPOCHS=${DISTILL_EPOCHS:-3}
+NUM_PROMPTS=${NUM_PROMPTS:-$PROMPTS_DEFAULT}
+CONCURRENCY=${CONCURRENCY:-4}
+OUTPUT_LEN=${OUTPUT_LEN:-48}
+EVAL_TOKENS=${EVAL_TOKENS:-2048}
+GEN_PROMPTS=8
+THRESHOLDS="0.8 0.9"
+if [ "$QUICK" = 1 ]; then NUM_PROMPTS=4; CAL_TOKENS=1024; EVAL_TOKENS=256; GEN_PROMPTS=2; THRESHOLDS="0.8"; fi
+
+SG_CAL=${SG_CAL:-$ROOT/../shared/data/sharegpt/mlenergy_sg90k_first_prompts_2978_sorted.json}
+GSM8K=${GSM8K:-$ROOT/../shared/data/intercept/gsm8k/test.jsonl}
+SG_EVAL=${SG_EVAL:-$ROOT/../shared/data/sharegpt/mlenergy_ShareGPT_V3_filtered_1000_prompts.json}
 STAMP=$(date -u +%Y-%m-%dT%H%MZ)
 OUT=$ROOT/bench/results
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
 [ -f "$MODEL" ] || { echo "missing $MODEL: run scripts/fetch_model.sh" >&2; exit 1; }
-for f in "$CAL_TEXT" "$EVAL_TEXT"; do
-  [ -f "$f" ] || { echo "missing $f: set CAL_TEXT and EVAL_TEXT to ShareGPT JSON files (scripts/fetch_sharegpt.sh installs one)" >&2; exit 1; }
+for f in "$SG_CAL" "$GSM8K" "$SG_EVAL"; do
+  [ -f "$f" ] || { echo "missing $f: set SG_CAL, GSM8K and SG_EVAL (scripts/fetch_sharegpt.sh installs ShareGPT)" >&2; exit 1; }
 done
 echo "== build" >&2
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > /dev/null
 cmake --build build -j"$(nproc)" --target helios heliosd > /dev/null
 
-if [ ! -f "$HEADS" ]; then
-  echo "== calibrate exit heads (once): $HEADS" >&2
-  build/helios calibrate --model "$MODEL" --text "$CAL_TEXT" --exits "$EXITS" --max-tokens 16384 --out "$HEADS"
-fi
+/usr/bin/python3 bench/early_exit/split_text.py --calibration "$SG_CAL" "$GSM8K" --evaluation "$SG_EVAL" \
+  --out "$WORK/eval_text.json" --report "$WORK/split.json"
+EVAL_TEXT=$WORK/eval_text.json
 
-# One config per policy point: label, policy, threshold, depth, measure, load_layers.
-POINTS="full full 0.9 0 top1 0"
-for t in $THRESHOLDS; do POINTS="$POINTS
-per-token-top1-$t per-token $t 0 top1 0"; done
-for t in $PROBE_THRESHOLDS; do POINTS="$POINTS
-per-token-probe-$t per-token $t 0 probe 0"; done
+heads_of() { echo "${MODEL%.gguf}.exits-$1-${CAL_TOKENS}.gguf"; }
+for kind in $KINDS; do
+  heads=$(heads_of "$kind")
+  if [ ! -f "$heads" ]; then
+    echo "== calibrate $kind heads (once, $CAL_TOKENS tokens): $heads" >&2
+    build/helios calibrate --model "$MODEL" --exits "$EXITS" --text "$SG_CAL" --text "$GSM8K" \
+      --max-tokens "$CAL_TOKENS" --head "$kind" --distill-epochs "$DISTILL_EPOCHS" --out "$heads" | tee "$WORK/calibrate_$kind.txt"
+  fi
+done
+
+# One config per point: label, policy, threshold, depth, measure. Labels are KIND:POINT.
+POINTS="full full 0.9 0 top1"
+for kind in $KINDS; do
+  for t in $THRESHOLDS; do POINTS="$POINTS
+$kind:per-token-agreement-$t per-token $t 0 agreement"; done
+  POINTS="$POINTS
+$kind:fixed-depth-$FIXED fixed-depth 0 $FIXED top1
+$kind:self-speculative-$DRAFT self-speculative 0.9 $DRAFT top1"
+done
 POINTS="$POINTS
-batch-sync-top1-0.9 batch-sync 0.9 0 top1 0
-fixed-depth-24 fixed-depth 0 0 top1 24
-fixed-depth-20 fixed-depth 0 0 top1 20
-self-speculative-16 self-speculative 0.9 16 top1 0
-full-repeat full 0.9 0 top1 0"  # full again, last: the run-to-run noise of the serving figures
+full-repeat full 0.9 0 top1"  # full again, last: the run-to-run noise of the serving figures
 
-configs=()  # the file name is the point's label
-while read -r label policy threshold depth measure load; do
+configs=()
+while read -r label policy threshold depth measure; do
   [ -n "$label" ] || continue
-  cat > "$WORK/$label.yaml" <<YAML
+  kind=${label%%:*}
+  heads_line=$([ "$kind" = "$label" ] || echo "heads: $(heads_of "$kind")")  # full: no heads
+  file=$WORK/${label//:/__}.yaml
+  cat > "$file" <<YAML
 server:
   listen: 127.0.0.1:0
   metrics_listen: ""
 models:
-  - name: smollm2
+  - name: $MODEL_KEY
     path: $MODEL
     early_exit:
       policy: $policy
       measure: $measure
-      threshold: $([ "$threshold" = calibrated ] && echo 0.9 || echo "$threshold")
-      calibrated_thresholds: $([ "$threshold" = calibrated ] && echo true || echo false)
+      threshold: $threshold
       depth: $depth
       exits: [$EXITS]
-      heads: $HEADS
-      load_layers: $load
+      $heads_line
 engine:
   threads: 0
   kv_cache: 1GiB
 logging:
   level: warn
 YAML
-  configs+=(--config "$WORK/$label.yaml")
+  configs+=(--config "$file" --label "$label")
 done <<< "$POINTS"
 
-echo "== throughput: helios-bench, $(( ${#configs[@]} / 2 )) servers, $NUM_PROMPTS prompts at concurrency $CONCURRENCY" >&2
+echo "== throughput: helios-bench, $(( ${#configs[@]} / 4 )) servers, $NUM_PROMPTS prompts at concurrency $CONCURRENCY" >&2
 bench/helios-bench "${configs[@]}" \
   --dataset prompts --dataset-path "$EVAL_TEXT" --output-len "$OUTPUT_LEN" --num-prompts "$NUM_PROMPTS" \
   --max-concurrency "$CONCURRENCY" --result-dir "$WORK" --result-name serving --no-plots
 
-echo "== quality: helios eval on held-out ShareGPT text" >&2
-build/helios eval --model "$MODEL" --heads "$HEADS" --exits "$EXITS" --text "$EVAL_TEXT" \
-  --policy per-token --threshold "$(echo $THRESHOLDS | tr ' ' ',')" --max-tokens "$EVAL_TOKENS" \
-  --json "$WORK/eval_top1.json" > /dev/null
-build/helios eval --model "$MODEL" --heads "$HEADS" --exits "$EXITS" --text "$EVAL_TEXT" \
-  --policy per-token --measure probe --threshold "$(echo $PROBE_THRESHOLDS | tr ' ' ',')" --max-tokens "$EVAL_TOKENS" \
-  --json "$WORK/eval_probe.json" > /dev/null
-build/helios eval --model "$MODEL" --heads "$HEADS" --exits "$EXITS" --text "$EVAL_TEXT" \
-  --policy batch-sync --threshold 0.9 --max-tokens "$EVAL_TOKENS" --json "$WORK/eval_sync.json" > /dev/null
-for d in 24 20; do
-  build/helios eval --model "$MODEL" --heads "$HEADS" --exits "$EXITS" --text "$EVAL_TEXT" \
-    --policy fixed-depth --depth "$d" --max-tokens "$EVAL_TOKENS" --json "$WORK/eval_fixed$d.json" > /dev/null
+echo "== quality: helios eval per kind on the held-out text" >&2
+evals=()
+for kind in $KINDS; do
+  common=(--model "$MODEL" --heads "$(heads_of "$kind")" --exits "$EXITS" --text "$EVAL_TEXT"
+          --max-tokens "$EVAL_TOKENS" --prompts "$GEN_PROMPTS" --gen-tokens 32)
+  build/helios eval "${common[@]}" --policy full,per-token --measure agreement \
+    --threshold "$(echo $THRESHOLDS | tr ' ' ',')" --json "$WORK/eval_${kind}_agreement.json" >&2
+  build/helios eval "${common[@]}" --policy fixed-depth --depth "$FIXED" --json "$WORK/eval_${kind}_fixed.json" >&2
+  build/helios eval "${common[@]}" --policy self-speculative --depth "$DRAFT" --json "$WORK/eval_${kind}_spec.json" >&2
+  evals+=("$kind=$WORK/eval_${kind}_agreement.json" "$kind=$WORK/eval_${kind}_fixed.json" "$kind=$WORK/eval_${kind}_spec.json")
 done
-build/helios eval --model "$MODEL" --heads "$HEADS" --exits "$EXITS" --text "$EVAL_TEXT" \
-  --policy self-speculative --depth 16 --max-tokens "$EVAL_TOKENS" --json "$WORK/eval_spec.json" > /dev/null
+for kind in $KINDS; do [ -f "$WORK/calibrate_$kind.txt" ] && cp "$WORK/calibrate_$kind.txt" "$OUT/early_exit_${MODEL_KEY}_${STAMP}_calibrate_$kind.txt"; done
 
-COMMAND="bench/early_exit/run_early_exit_bench.sh $*"
-/usr/bin/python3 bench/early_exit/pareto_report.py --serving "$WORK/serving.json" --eval "$WORK"/eval_*.json \
-  --command "$COMMAND" --out "$OUT/early_exit_$STAMP"
+/usr/bin/python3 bench/early_exit/pareto_report.py --serving "$WORK/serving.json" --eval "${evals[@]}" \
+  --split "$WORK/split.json" --model-name "$MODEL_KEY" \
+  --command "bench/early_exit/run_early_exit_bench.sh $ARGS" --out "$OUT/early_exit_${MODEL_KEY}_$STAMP"
