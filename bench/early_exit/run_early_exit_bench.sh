@@ -63,9 +63,11 @@ trap 'rm -rf "$WORK"' EXIT
 for f in "$SG_CAL" "$GSM8K" "$SG_EVAL"; do
   [ -f "$f" ] || { echo "missing $f: set SG_CAL, GSM8K and SG_EVAL (scripts/fetch_sharegpt.sh installs ShareGPT)" >&2; exit 1; }
 done
-echo "== build" >&2
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > /dev/null
-cmake --build build -j"$(nproc)" --target helios heliosd > /dev/null
+if [ -z "${SKIP_BUILD:-}" ]; then  # SKIP_BUILD=1: use build/ as it is
+  echo "== build" >&2
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > /dev/null
+  cmake --build build -j"$(nproc)" --target helios heliosd > /dev/null
+fi
 
 /usr/bin/python3 bench/early_exit/split_text.py --calibration "$SG_CAL" "$GSM8K" --evaluation "$SG_EVAL" \
   --out "$WORK/eval_text.json" --report "$WORK/split.json"
