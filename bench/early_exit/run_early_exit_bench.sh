@@ -12,7 +12,7 @@
 #      layers and LM-head rows per token, batch-1 decode speed-up;
 #   5. pareto_report.py: bench/results/early_exit_<model>_<time>.{md,json} and a Pareto plot.
 # Usage: bench/early_exit/run_early_exit_bench.sh [--model smollm2|qwen-0.5b|qwen-1.5b] [--kinds "lens ridge distilled"] [--quick]
-#   env: NUM_PROMPTS, CONCURRENCY (4), OUTPUT_LEN (48), CAL_TOKENS, DISTILL_EPOCHS (3), EVAL_TOKENS (2048)
+#   env: HELIOS_BIN (a folder with helios and heliosd: run those, build nothing), NUM_PROMPTS, CONCURRENCY (4), OUTPUT_LEN (48), CAL_TOKENS, DISTILL_EPOCHS (3), EVAL_TOKENS (2048)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -63,7 +63,9 @@ trap 'rm -rf "$WORK"' EXIT
 for f in "$SG_CAL" "$GSM8K" "$SG_EVAL"; do
   [ -f "$f" ] || { echo "missing $f: set SG_CAL, GSM8K and SG_EVAL (scripts/fetch_sharegpt.sh installs ShareGPT)" >&2; exit 1; }
 done
-if [ -z "${SKIP_BUILD:-}" ]; then  # SKIP_BUILD=1: use build/ as it is
+BIN=${HELIOS_BIN:-$ROOT/build}   # HELIOS_BIN=DIR: helios and heliosd from there, not built here
+export HELIOSD=$BIN/heliosd
+if [ -z "${HELIOS_BIN:-}" ]; then
   echo "== build" >&2
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > /dev/null
   cmake --build build -j"$(nproc)" --target helios heliosd > /dev/null
@@ -78,7 +80,7 @@ for kind in $KINDS; do
   heads=$(heads_of "$kind")
   if [ ! -f "$heads" ]; then
     echo "== calibrate $kind heads (once, $CAL_TOKENS tokens): $heads" >&2
-    build/helios calibrate --model "$MODEL" --exits "$EXITS" --text "$SG_CAL" --text "$GSM8K" \
+    "$BIN/helios" calibrate --model "$MODEL" --exits "$EXITS" --text "$SG_CAL" --text "$GSM8K" \
       --max-tokens "$CAL_TOKENS" --head "$kind" --distill-epochs "$DISTILL_EPOCHS" --out "$heads" | tee "$WORK/calibrate_$kind.txt"
   fi
 done
@@ -134,10 +136,10 @@ evals=()
 for kind in $KINDS; do
   common=(--model "$MODEL" --heads "$(heads_of "$kind")" --exits "$EXITS" --text "$EVAL_TEXT"
           --max-tokens "$EVAL_TOKENS" --prompts "$GEN_PROMPTS" --gen-tokens 32)
-  build/helios eval "${common[@]}" --policy full,per-token --measure agreement \
+  "$BIN/helios" eval "${common[@]}" --policy full,per-token --measure agreement \
     --threshold "$(echo $THRESHOLDS | tr ' ' ',')" --json "$WORK/eval_${kind}_agreement.json" >&2
-  build/helios eval "${common[@]}" --policy fixed-depth --depth "$FIXED" --json "$WORK/eval_${kind}_fixed.json" >&2
-  build/helios eval "${common[@]}" --policy self-speculative --depth "$DRAFT" --json "$WORK/eval_${kind}_spec.json" >&2
+  "$BIN/helios" eval "${common[@]}" --policy fixed-depth --depth "$FIXED" --json "$WORK/eval_${kind}_fixed.json" >&2
+  "$BIN/helios" eval "${common[@]}" --policy self-speculative --depth "$DRAFT" --json "$WORK/eval_${kind}_spec.json" >&2
   evals+=("$kind=$WORK/eval_${kind}_agreement.json" "$kind=$WORK/eval_${kind}_fixed.json" "$kind=$WORK/eval_${kind}_spec.json")
 done
 for kind in $KINDS; do [ -f "$WORK/calibrate_$kind.txt" ] && cp "$WORK/calibrate_$kind.txt" "$OUT/early_exit_${MODEL_KEY}_${STAMP}_calibrate_$kind.txt"; done
