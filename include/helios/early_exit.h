@@ -122,6 +122,13 @@ struct ExitPointsSpec {
 // INVALID_ARGUMENT naming a layer out of range.
 StatusOr<std::vector<int32_t>> resolve_exit_points(const ExitPointsSpec& spec, int32_t n_layers);
 
+// What an exit head said about a row in observe mode (ForwardBatch::observe_exits). Here rather
+// than in model.h so the output path (output.h) can carry it without the model.
+struct ExitObservation {
+  int32_t top1 = -1;  // -1: the row had left before this exit
+  float top1_prob = 0;
+};
+
 // Softmax statistics of one row of logits.
 struct ConfidenceStats {
   int32_t top1 = 0;

@@ -35,6 +35,9 @@ struct GenerationRequest : OutputOptions {
   std::string client_id;               // for logs and Abort; unique among live requests
   std::vector<TokenId> prompt;
   ExitRule exit;                       // how its tokens leave the layer stack
+  // Per generated token, the exit heads' top-1 and its probability at every exit point below the
+  // loaded depth (TokenEvent::observed), without changing the output.
+  bool observe_exits = false;
 };
 
 struct GenerationUpdate {
@@ -106,6 +109,12 @@ class Engine {
   // is the one ending it. False if unknown. Its KV blocks are freed by the next step.
   bool abort(const std::string& client_id, const std::string& server_reason = "");
   void abort_all(const std::string& reason);
+  // Grows the device KV pool to n_blocks in all (memory another model gave back). The loop thread
+  // applies it between steps, idle or not, so running sequences keep their blocks and data;
+  // status().kv_blocks_total shows the new total once it has. An allocation that fails there is
+  // logged and the engine serves on with the pool it had. INVALID_ARGUMENT for fewer blocks than
+  // the pool has or was asked to grow to; UNAVAILABLE while stopping; INTERNAL when faulted.
+  Status grow_kv(int32_t n_blocks);
   size_t n_live() const;
   EngineStatus status() const;
   // Empty while the engine serves; after a backend error (a failed CUDA or cuBLAS call, say) the

@@ -26,6 +26,9 @@ class BlockAllocator {
   // A free block, now in use, or nullopt when none is free (a normal outcome, not an error).
   std::optional<int32_t> allocate();
   void release(int32_t block_id);  // back to the free list
+  // Blocks [n_blocks(), n_blocks) join the free list, handed out after the blocks free now (lowest
+  // id first, as a new allocator of that size would). A no-op when n_blocks is not larger.
+  void grow(int32_t n_blocks);
 
  private:
   std::vector<int32_t> free_list_;  // block ids, most recently freed last (reused first)
@@ -79,6 +82,14 @@ class KvCacheStorage {
   int64_t words_per_block() const;
   void read_block(int32_t block_id, float* host_dst) const;
   void write_block(int32_t block_id, const float* host_src);
+
+  // Grows the cache to n_blocks, keeping every existing block's contents; the new blocks hold
+  // garbage until written. Every layer's K and V move to new buffers (views from layer() taken
+  // before are stale), and while they are copied the old and the new storage are both held.
+  // RESOURCE_EXHAUSTED naming the bytes when the backend cannot hold the new storage, or the
+  // backend's error when a copy failed, and then the cache is as it was; INVALID_ARGUMENT for
+  // fewer blocks than it has.
+  Status grow(int32_t n_blocks);
 
  private:
   int64_t words_per_layer_block() const;

@@ -50,12 +50,6 @@ struct ForwardBatch {
   bool observe_exits = false;
 };
 
-// What an exit head said about a row in observe mode.
-struct ExitObservation {
-  int32_t top1 = -1;  // -1: the row had left before this exit
-  float top1_prob = 0;
-};
-
 struct ForwardResult {
   int32_t n_vocab = 0;
   std::vector<float> logits;     // [n_rows, n_vocab]

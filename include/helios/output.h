@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "helios/early_exit.h"
 #include "helios/sampler.h"
 #include "helios/tokenizer.h"
 
@@ -29,6 +30,11 @@ struct TokenEvent {
   std::vector<std::pair<TokenId, float>> top_logprobs;
   int32_t exit_layer = 0;              // blocks the token's row ran before its head
   float confidence = 0;                // the exit rule's measure there
+  // Observe mode (GenerationRequest::observe_exits): what the exit head at each of the model's
+  // exit points below its loaded depth (ForwardResult::observed_layers, ascending) said about the
+  // row that produced this token. Empty unless the request asked, and for tokens of
+  // self-speculative rounds, which do not observe.
+  std::vector<ExitObservation> observed;
 };
 
 class RequestOutput {

@@ -1,6 +1,8 @@
 // The engine loop: schedule → execute → update, one batch per iteration.
 #include "helios/engine.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <map>
 
@@ -83,6 +85,23 @@ void Engine::abort_all(const std::string& reason) {
   impl_->cv.notify_all();
 }
 
+Status Engine::grow_kv(int32_t n_blocks) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->stopping) return unavailable("the server is shutting down");
+    if (!impl_->fault_reason.empty()) return internal_error(impl_->fault_reason);
+    const int32_t total = std::max(impl_->snapshot.kv_blocks_total, impl_->pending_kv_blocks);
+    if (n_blocks < total) {
+      return invalid_argument("the KV pool can only grow: it has (or is growing to) " + std::to_string(total) +
+                              " blocks, asked for " + std::to_string(n_blocks));
+    }
+    if (n_blocks == total) return ok_status();
+    impl_->pending_kv_blocks = n_blocks;
+  }
+  impl_->cv.notify_all();
+  return ok_status();
+}
+
 size_t Engine::n_live() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->client_ids.size();
@@ -105,9 +124,12 @@ void Engine::Impl::run() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return stopping || !incoming.empty() || !aborts.empty() || scheduler.has_work(); });
+      cv.wait(lock, [&] {
+        return stopping || !incoming.empty() || !aborts.empty() || pending_kv_blocks > 0 || scheduler.has_work();
+      });
       if (stopping) break;
     }
+    apply_kv_growth();  // first, so this step's admissions already see the larger pool
     admit_and_abort();
     if (scheduler.has_work()) {
       step();
@@ -153,7 +175,7 @@ void Engine::Impl::admit_and_abort() {
     const ExitRule& rule = request.exit;
     const int32_t lookahead = exit_policy_traits(rule.policy).drafts ? rule.draft_tokens : 0;
     scheduler.add({id, request.prompt, request.max_tokens, lookahead});
-    live[id] = std::make_unique<LiveRequest>(std::move(request), std::move(stream), model.tokenizer());
+    live[id] = std::make_unique<LiveRequest>(std::move(request), std::move(stream), model);
   }
   for (const auto& [client_id, reason] : to_abort) {
     auto it = id_of_client.find(client_id);
@@ -161,6 +183,29 @@ void Engine::Impl::admit_and_abort() {
       end_request(it->second, live[it->second]->aborted(reason));
     }
   }
+}
+
+void Engine::Impl::apply_kv_growth() {
+  int32_t target = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    std::swap(target, pending_kv_blocks);
+  }
+  const int32_t before = kv_manager.n_blocks();
+  if (target <= before) return;
+  if (Status st = kv.grow(target); !st.ok()) {
+    spdlog::error("the KV pool stays at {} blocks: growing it to {} failed: {}", before, target, st.message());
+    return;
+  }
+  kv_manager.grow_device(target);
+  // The gauge before the snapshot: whoever sees the new total in status() sees it counted.
+  if (metrics) metrics->kv_blocks_total->add(target - before);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    snapshot.kv_blocks_total = target;
+  }
+  publish_queues();
+  spdlog::info("the KV pool grew from {} to {} blocks", before, target);
 }
 
 void Engine::Impl::step() {

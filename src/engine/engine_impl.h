@@ -26,11 +26,18 @@ struct Engine::Impl {
         scheduler(o.scheduler, kv_manager),
         swap_space(static_cast<size_t>(o.n_swap_blocks) * kv.words_per_block()) {
     if (registry) metrics = std::make_unique<EngineMetrics>(*registry);
+    if (metrics) metrics->kv_blocks_total->add(o.n_kv_blocks);
+  }
+  ~Impl() {
+    if (metrics) metrics->kv_blocks_total->add(-kv_manager.n_blocks());
   }
 
   // --- The loop (engine.cpp)
   void run();
   void admit_and_abort();
+  // Engine::grow_kv's request, between steps: no pass holds a view of the old storage. A failure
+  // is logged and the engine goes on with the pool it has.
+  void apply_kv_growth();
   void step();
   void copy_swaps(const SchedulerOutput& out);
   void end_request(RequestId id, GenerationUpdate final_update);
@@ -68,6 +75,7 @@ struct Engine::Impl {
   std::string fault_reason;  // set once, by fault()
   std::deque<std::pair<GenerationRequest, std::shared_ptr<RequestStream>>> incoming;
   std::vector<std::pair<std::string, std::string>> aborts;  // client id, reason
+  int32_t pending_kv_blocks = 0;                            // grow_kv's total not yet applied; 0: none
   std::unordered_map<std::string, bool> client_ids;         // live client ids
   EngineStatus snapshot;
   int64_t requests_total = 0;

@@ -7,6 +7,7 @@ EngineMetrics::EngineMetrics(MetricsRegistry& r)
       waiting(r.gauge("helios_requests_waiting", "Requests queued for their first step or preempted")),
       kv_usage(r.gauge("helios_kv_cache_usage_ratio", "Fraction of KV cache blocks in use")),
       batch_size(r.gauge("helios_batch_size", "Sequences in the last step")),
+      kv_blocks_total(r.gauge("helios_kv_blocks_total", "KV cache blocks, all engines: follows the pool as it grows")),
       prompt_tokens(r.counter("helios_prompt_tokens_total", "Prompt tokens of finished requests")),
       generated_tokens(r.counter("helios_generation_tokens_total", "Generated tokens")),
       preemptions(r.counter("helios_preemptions_total", "Sequences preempted for KV cache space")),

@@ -24,6 +24,8 @@ bool Engine::Impl::run_batch(const SchedulerOutput& out, const std::vector<size_
     // A recompute after preemption: every generated token leaves where it left the first time.
     e.known_exit_layers = r.known_exit_layers(s.start_pos, s.n_tokens);
     batch.seqs.push_back(std::move(e));
+    // Observe mode computes the same tokens, so the whole batch runs it when one request asks.
+    batch.observe_exits = batch.observe_exits || r.request.observe_exits;
   }
   auto result = model.forward(batch, kv);
   if (!result.ok()) {
@@ -36,8 +38,7 @@ bool Engine::Impl::run_batch(const SchedulerOutput& out, const std::vector<size_
   for (size_t row = 0; row < fr.row_seq.size(); ++row) {
     const RequestId id = out.seqs[members[fr.row_seq[row]]].id;
     LiveRequest& r = *live[id];
-    GenerationUpdate u = r.on_row(fr.row(row), fr.n_vocab, *scheduler.tokens(id), fr.row_exit_layer[row],
-                                  fr.row_confidence[row]);
+    GenerationUpdate u = r.on_row(fr, row, *scheduler.tokens(id));
     scheduler.append_token(id, u.tokens.back().id);
     count_token(fr.row_exit_layer[row], fr.row_exit_layer[row]);
     if (u.finish != FinishReason::kNone) {
@@ -77,7 +78,7 @@ bool Engine::Impl::run_speculative(const SchedulerOutput& out, int32_t draft_lay
     std::vector<TokenId> emitted;
     GenerationUpdate merged;
     const int32_t accepted = take_speculated(seq, [&](int32_t row, TokenId* token) {
-      GenerationUpdate u = r.on_row(fr.row(row), fr.n_vocab, history, fr.row_exit_layer[row], fr.row_confidence[row]);
+      GenerationUpdate u = r.on_row(fr, row, history);
       *token = u.tokens.back().id;
       history.push_back(*token);
       emitted.push_back(*token);

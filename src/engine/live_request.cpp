@@ -7,8 +7,10 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 }  // namespace
 
-LiveRequest::LiveRequest(GenerationRequest r, std::shared_ptr<RequestStream> s, const Tokenizer& tokenizer)
-    : request(std::move(r)), stream(std::move(s)), output(tokenizer, request) {}
+LiveRequest::LiveRequest(GenerationRequest r, std::shared_ptr<RequestStream> s, const Model& model)
+    : request(std::move(r)), stream(std::move(s)), output(model.tokenizer(), request) {
+  if (request.observe_exits) observed_layers = model.exit_layers();
+}
 
 std::vector<int32_t> LiveRequest::known_exit_layers(int32_t start, int32_t n) const {
   const auto first = static_cast<int32_t>(request.prompt.size()) - 1;  // position of exit_layers[0]
@@ -22,10 +24,11 @@ std::vector<int32_t> LiveRequest::known_exit_layers(int32_t start, int32_t n) co
   return known;
 }
 
-GenerationUpdate LiveRequest::on_row(const float* raw, int32_t n_vocab, const std::vector<TokenId>& history,
-                                     int32_t exit_layer, float confidence) {
+GenerationUpdate LiveRequest::on_row(const ForwardResult& fr, size_t row, const std::vector<TokenId>& history) {
   GenerationUpdate u;
-  TokenEvent ev = output.take(raw, n_vocab, history, exit_layer, confidence);
+  const int32_t exit_layer = fr.row_exit_layer[row];
+  TokenEvent ev = output.take(fr.row(row), fr.n_vocab, history, exit_layer, fr.row_confidence[row]);
+  ev.observed = observations(fr, row);
   exit_layers.push_back(exit_layer);
   if (!first_token) first_token = Clock::now();
   u.tokens.push_back(std::move(ev));
@@ -39,6 +42,18 @@ GenerationUpdate LiveRequest::aborted(const std::string& reason, StatusCode code
   u.error_code = code;
   finish(&u, FinishReason::kAborted);
   return u;
+}
+
+std::vector<ExitObservation> LiveRequest::observations(const ForwardResult& fr, size_t row) const {
+  if (observed_layers.empty() || fr.observed_layers.empty()) return {};
+  // The pass skips the exits after every token of the batch has left, so it may have observed
+  // fewer layers than there are exit points: those the row had left before, as ExitObservation{}.
+  std::vector<ExitObservation> seen(observed_layers.size());
+  for (size_t i = 0, j = 0; i < observed_layers.size(); ++i) {
+    while (j < fr.observed_layers.size() && fr.observed_layers[j] < observed_layers[i]) ++j;
+    if (j < fr.observed_layers.size() && fr.observed_layers[j] == observed_layers[i]) seen[i] = fr.observed[j][row];
+  }
+  return seen;
 }
 
 void LiveRequest::finish(GenerationUpdate* u, FinishReason why) const {

@@ -24,6 +24,8 @@ class PagedKvManager final : public KvManager {
   const BlockTable* table(RequestId id) const;  // device blocks; nullptr when none
   int32_t n_blocks() const { return device_.n_blocks(); }
   int32_t n_used_blocks() const { return device_.n_used(); }
+  // More device blocks (the storage has grown to n_blocks): free, after those free now.
+  void grow_device(int32_t n_blocks) { device_.grow(n_blocks); }
 
  private:
   BlockAllocator device_;

@@ -25,6 +25,16 @@ void BlockAllocator::release(int32_t block_id) {
   free_list_.push_back(block_id);
 }
 
+void BlockAllocator::grow(int32_t n_blocks) {
+  const int32_t before = this->n_blocks();
+  if (n_blocks <= before) return;
+  in_use_.resize(n_blocks, 0);
+  // At the bottom of the stack: the blocks freed most recently are still reused first.
+  std::vector<int32_t> added;
+  for (int32_t id = n_blocks - 1; id >= before; --id) added.push_back(id);
+  free_list_.insert(free_list_.begin(), added.begin(), added.end());
+}
+
 bool reserve_tokens(BlockAllocator& allocator, BlockTable& table, int32_t n_tokens,
                     int32_t block_size) {
   const int32_t needed = blocks_for_tokens(n_tokens, block_size) -

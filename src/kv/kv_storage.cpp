@@ -45,6 +45,45 @@ StatusOr<KvCacheStorage> KvCacheStorage::create(Backend& backend, const ModelCon
   return s;
 }
 
+Status KvCacheStorage::grow(int32_t n_blocks) {
+  if (n_blocks < n_blocks_) {
+    return invalid_argument("the KV cache can only grow: it has " + std::to_string(n_blocks_) + " blocks, asked for " +
+                            std::to_string(n_blocks));
+  }
+  if (n_blocks == n_blocks_) return ok_status();
+  const int64_t per_block = words_per_layer_block();
+  const size_t old_words = static_cast<size_t>(n_blocks_) * per_block;
+  const size_t new_words = static_cast<size_t>(n_blocks) * per_block;
+  // Every new buffer before any copy, so a failed allocation leaves the cache as it was.
+  std::vector<Buffer> k, v;
+  for (size_t l = 0; l < k_.size(); ++l) {
+    k.emplace_back(backend_, new_words);
+    v.emplace_back(backend_, new_words);
+    if (k.back().empty() || v.back().empty()) {
+      const int64_t block_bytes = words_per_block() * 4;
+      return resource_exhausted("cannot grow the KV cache from " + std::to_string(n_blocks_) + " to " +
+                                std::to_string(n_blocks) + " blocks: the new storage needs " +
+                                std::to_string(n_blocks * block_bytes) + " bytes on " + backend_->name() +
+                                " while the old " + std::to_string(n_blocks_ * block_bytes) + " are still held");
+    }
+  }
+  // Through the host, one buffer at a time: the Backend interface has no device-to-device copy,
+  // and this bounds the staging memory to one layer's K (or V).
+  std::vector<float> host(old_words);
+  for (size_t l = 0; l < k_.size(); ++l) {
+    backend_->download(host.data(), k_[l].data(), old_words);
+    backend_->upload(k[l].data(), host.data(), old_words);
+    backend_->download(host.data(), v_[l].data(), old_words);
+    backend_->upload(v[l].data(), host.data(), old_words);
+  }
+  backend_->synchronize();
+  HELIOS_RETURN_IF_ERROR(backend_->error());
+  k_ = std::move(k);
+  v_ = std::move(v);
+  n_blocks_ = n_blocks;
+  return ok_status();
+}
+
 kernels::PagedKV KvCacheStorage::layer(int32_t l) const {
   return {k_[l].data(), v_[l].data(), n_blocks_, block_size_, n_kv_heads_, head_dim_, type_};
 }

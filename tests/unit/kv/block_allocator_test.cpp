@@ -30,6 +30,32 @@ TEST(BlockAllocator, FreedBlockIsReusedFirst) {
   EXPECT_EQ(*a.allocate(), first);
 }
 
+TEST(BlockAllocator, GrowAddsFreeBlocksAfterThoseFreeNow) {
+  BlockAllocator a(3);
+  EXPECT_EQ(*a.allocate(), 0);
+  EXPECT_EQ(*a.allocate(), 1);
+  a.release(0);
+  a.grow(5);
+  EXPECT_EQ(a.n_blocks(), 5);
+  EXPECT_EQ(a.n_free(), 4);
+  EXPECT_EQ(a.n_used(), 1) << "block 1 is still held";
+  // The blocks free before come first (0 freed last, reused first), then the new ones, low ids first.
+  for (int32_t want : {0, 2, 3, 4}) EXPECT_EQ(*a.allocate(), want);
+  EXPECT_FALSE(a.allocate().has_value());
+  a.release(4);
+  a.release(1);
+  EXPECT_EQ(a.n_free(), 2);
+}
+
+TEST(BlockAllocator, GrownAllocatorHandsOutWhatANewOneWould) {
+  BlockAllocator grown(2), fresh(6);
+  grown.grow(6);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(*grown.allocate(), *fresh.allocate());
+  grown.grow(4);  // not larger: nothing changes
+  EXPECT_EQ(grown.n_blocks(), 6);
+  EXPECT_EQ(grown.n_free(), 0);
+}
+
 TEST(BlockTable, ReserveGrowsByWholeBlocksAndMapsSlots) {
   BlockAllocator a(8);
   BlockTable t;

@@ -1,10 +1,13 @@
 // A backend with a fixed amount of device memory, like a GPU: the CPU backend's ops, an alloc()
 // that returns nullptr once `capacity_bytes` would be exceeded, and free_device_bytes() reporting
-// what is left; and a device fault on demand. For testing that every allocation failure becomes
-// a Status, what the KV cache is sized from, and that a device error fails loudly.
+// what is left; a device fault on demand, and a pause on demand. For testing that every
+// allocation failure becomes a Status, what the KV cache is sized from, that a device error fails
+// loudly, and what an engine does to a request queued while its loop is inside a pass.
 #pragma once
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 
@@ -20,6 +23,23 @@ class LimitedBackend final : public Backend {
   void fail_after_matmuls(int64_t n) { matmuls_before_fault_ = n; }
   Status error() const override {
     return matmuls_before_fault_ == 0 ? internal_error("injected device fault in matmul") : ok_status();
+  }
+
+  // A pause, as a long kernel: the n-th matmul from now (n >= 1) blocks until resume().
+  void pause_at_matmul(int64_t n) {
+    std::lock_guard<std::mutex> lock(pause_mu_);
+    matmuls_before_pause_ = n;
+  }
+  void wait_until_paused() {
+    std::unique_lock<std::mutex> lock(pause_mu_);
+    pause_cv_.wait(lock, [&] { return paused_; });
+  }
+  void resume() {
+    {
+      std::lock_guard<std::mutex> lock(pause_mu_);
+      paused_ = false;
+    }
+    pause_cv_.notify_all();
   }
 
   size_t used_bytes() const { return used_bytes_; }
@@ -55,6 +75,14 @@ class LimitedBackend final : public Backend {
   }
   void matmul(const float* x, const WeightMatrix& w, int32_t n_rows, float* y) override {
     if (matmuls_before_fault_ > 0) --matmuls_before_fault_;
+    {
+      std::unique_lock<std::mutex> lock(pause_mu_);
+      if (matmuls_before_pause_ > 0 && --matmuls_before_pause_ == 0) {
+        paused_ = true;
+        pause_cv_.notify_all();
+        pause_cv_.wait(lock, [&] { return !paused_; });
+      }
+    }
     cpu_->matmul(x, w, n_rows, y);
   }
   void rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t n_rot,
@@ -78,6 +106,10 @@ class LimitedBackend final : public Backend {
   size_t used_bytes_ = 0;
   int n_refused_ = 0;
   int64_t matmuls_before_fault_ = -1;  // -1: never
+  std::mutex pause_mu_;
+  std::condition_variable pause_cv_;
+  int64_t matmuls_before_pause_ = 0;   // 0: no pause set
+  bool paused_ = false;
   std::unordered_map<const float*, size_t> sizes_;
 };
 
