@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "helios/early_exit.h"
+#include "helios/model_manager.h"
 #include "helios/status.h"
 #include "kernels/kernels.h"
 
@@ -33,6 +34,24 @@ struct ModelEntryConfig {
   std::string name;          // what clients ask for; unique
   std::string path;          // GGUF file
   EarlyExitConfig early_exit;
+};
+
+// model_repository[]: a model the manager may choose, with what is known about it.
+struct RepositoryModelConfig {
+  ModelEntryConfig model;    // name, path, early_exit (exit points, heads)
+  ModelTelemetry telemetry;  // measured (`helios eval`) or given; 0 = unknown
+};
+
+// groups[]: one name clients ask for, served by the model manager from repository candidates
+// that share one tokenizer.
+struct ModelGroupConfig {
+  std::string name;
+  std::vector<std::string> candidates;  // repository names; empty = the whole repository
+  int32_t top_k = 3;                    // candidates kept after ranking by the SLO (step 1)
+  // Weights + KV cache of the group; 0 = the largest candidate's weights + engine.kv_cache's share.
+  int64_t memory_budget_bytes = 0;
+  ConfidenceMeasure measure = ConfidenceMeasure::kTop1Prob;  // top1 | agreement
+  ManagerParams params;                 // slo, evaluation_requests, threshold, prefix_coverage, CBC, RI
 };
 
 struct ServerConfig {
@@ -72,7 +91,9 @@ struct LoggingConfig {
 
 struct HeliosConfig {
   ServerConfig server;
-  std::vector<ModelEntryConfig> models;    // at least one
+  std::vector<ModelEntryConfig> models;    // at least one model or group
+  std::vector<RepositoryModelConfig> model_repository;
+  std::vector<ModelGroupConfig> groups;
   EngineConfig engine;
   LimitsConfig limits;
   LoggingConfig logging;

@@ -259,10 +259,50 @@ int cmd_chat(int argc, char** argv) {
   return 0;
 }
 
+// The model manager's view of one group: what it serves, the PHT, CBC, memory, decisions.
+void print_group(const v1::GroupStatus& g) {
+  std::printf("group %s (slo %s): %s, serving %s at %d/%d layers; candidates:", g.name().c_str(), g.slo().c_str(),
+              g.phase().c_str(), g.model().c_str(), g.loaded_depth(), g.n_layers());
+  for (const auto& c : g.candidates()) std::printf(" %s", c.c_str());
+  std::printf("\n  %lld requests, %lld since the last evaluation (RI %d); CBC %d of the last %d tokens below %.2f "
+              "(CBCmax %d)\n",
+              static_cast<long long>(g.requests_total()), static_cast<long long>(g.requests_since_evaluation()),
+              g.reassess_every(), g.confidence_breaches(), g.cbc_window(), g.threshold(), g.cbc_max());
+  const auto& m = g.memory();
+  std::printf("  memory: budget %.0f MiB = weights %.0f MiB + KV %.0f MiB (+ %.0f MiB free); pool %d blocks of %d "
+              "tokens: %d sequences of %d tokens\n",
+              m.budget_bytes() / 1048576.0, m.weight_bytes() / 1048576.0, m.kv_bytes() / 1048576.0,
+              std::max<int64_t>(0, m.budget_bytes() - m.weight_bytes() - m.kv_bytes()) / 1048576.0, m.kv_blocks(),
+              m.kv_block_size(), m.max_batch(), m.batch_context());
+  for (const auto& e : g.engines()) {
+    std::printf("  engine %s at %d layers: %d running, %d waiting, KV %d/%d blocks, weights %.0f MiB, %lld tokens\n",
+                e.model().c_str(), e.loaded_depth(), e.running(), e.waiting(), e.kv_blocks_used(), e.kv_blocks_total(),
+                e.weight_bytes() / 1048576.0, static_cast<long long>(e.generated_tokens_total()));
+  }
+  std::printf("  performance history (PHT):\n    %-16s %5s %5s %7s %8s %8s %9s %7s %9s  exit profile (share left by)\n",
+              "model", "depth", "reqs", "tokens", "tok/s", "TTFT s", "TPOT ms", "ppl", "mJ/token");
+  for (const auto& r : g.performance_history()) {
+    std::printf("    %-16s %5d %5lld %7lld %8.1f %8.3f %9.2f %7.2f %9.2f ", r.model().c_str(), r.depth(),
+                static_cast<long long>(r.requests()), static_cast<long long>(r.tokens()), r.throughput_tok_s(),
+                r.mean_ttft_seconds(), 1000 * r.mean_tpot_seconds(), r.perplexity(), 1000 * r.joules_per_token());
+    for (int i = 0; i < r.exit_layers_size() && i < r.leave_share_size(); ++i) {
+      std::printf(" %d:%.0f%%", r.exit_layers(i), 100 * r.leave_share(i));
+    }
+    std::printf("\n");
+  }
+  std::printf("  decisions (latest last):\n");
+  for (const auto& d : g.decisions()) {
+    std::printf("    %7.1f s  %-8s %s at %d layers: %s\n", d.at_seconds(), d.decision().c_str(), d.model().c_str(),
+                d.loaded_depth(), d.reason().c_str());
+  }
+}
+
 int cmd_status(int argc, char** argv) {
   Args args("status",
             "Shows a running heliosd's state, queues, KV cache use and models, with each model's\n"
-            "early exit: exit points, default rule, and where its generated tokens left the stack.");
+            "early exit: exit points, default rule, and where its generated tokens left the stack; and\n"
+            "each model group's manager: the candidates, the Performance History Table, the chosen\n"
+            "model and depth, the confidence breach counter, the memory split and the decisions.");
   add_connection_options(args);
   args.example("helios status --address localhost:50051");
   if (Status s = args.parse(argc, argv); !s.ok()) return usage_error("status", s.message());
@@ -299,6 +339,7 @@ int cmd_status(int argc, char** argv) {
                 m.context_length(), m.backend().c_str());
     print_model_exits(m, status);
   }
+  for (const auto& g : status.groups()) print_group(g);
   return 0;
 }
 

@@ -35,8 +35,9 @@ StatusOr<HeliosConfig> read_root(const ConfigSource& source, const YAML::Node& r
   }
   HELIOS_ASSIGN_OR_RETURN(
       MapReader top, MapReader::open(source, root, file_start, "",
-                                     {"server", "models", "engine", "limits", "logging"}));
-  if (!top.has("models")) {
+                                     {"server", "models", "model_repository", "groups", "engine", "limits",
+                                      "logging"}));
+  if (!top.has("models") && !top.has("groups")) {
     return config_error(source, file_start, "models",
                         "missing; a config needs at least one model, " +
                             std::string(kMinimalConfig));
@@ -48,8 +49,22 @@ StatusOr<HeliosConfig> read_root(const ConfigSource& source, const YAML::Node& r
   HeliosConfig config;
   HELIOS_RETURN_IF_ERROR(config_detail::read_server_config(source, section("server"),
                                                            top.mark_of("server"), &config.server));
-  HELIOS_RETURN_IF_ERROR(config_detail::read_models_config(source, section("models"),
-                                                           top.mark_of("models"), &config.models));
+  if (top.has("models") || !top.has("groups")) {  // a config of groups alone needs no models
+    HELIOS_RETURN_IF_ERROR(config_detail::read_models_config(source, section("models"),
+                                                             top.mark_of("models"), &config.models));
+  }
+  HELIOS_RETURN_IF_ERROR(config_detail::read_model_repository(source, section("model_repository"),
+                                                              top.mark_of("model_repository"), &config.model_repository));
+  HELIOS_RETURN_IF_ERROR(config_detail::read_groups_config(source, section("groups"), top.mark_of("groups"),
+                                                           config.model_repository, &config.groups));
+  for (size_t i = 0; i < config.groups.size(); ++i) {
+    for (const ModelEntryConfig& m : config.models) {
+      if (m.name == config.groups[i].name) {
+        return config_error(source, top.value("groups")[i]["name"].Mark(), "groups[" + std::to_string(i) + "].name",
+                            "'" + m.name + "' is also the name of a model in models; clients ask for one or the other");
+      }
+    }
+  }
   HELIOS_RETURN_IF_ERROR(config_detail::read_engine_config(source, section("engine"),
                                                            top.mark_of("engine"), &config.engine));
   HELIOS_RETURN_IF_ERROR(config_detail::read_limits_config(source, section("limits"),

@@ -13,16 +13,18 @@ constexpr std::string_view kModelsExample =
     "e.g.\n  models:\n    - name: smollm2-135m\n"
     "      path: ../models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
-Status read_model(const ConfigSource& source, const YAML::Node& node, size_t index,
-                  ModelEntryConfig* out) {
-  const std::string path = "models[" + std::to_string(index) + "]";
+}  // namespace
+
+// One entry of models[] (telemetry null) or model_repository[] (which may have a telemetry map).
+Status read_model_entry(const ConfigSource& source, const YAML::Node& node, const std::string& path,
+                        ModelEntryConfig* out, ModelTelemetry* telemetry) {
   if (!node.IsMap()) {
     return config_error(source, node.Mark(), path,
                         "expected a map with keys name and path, got " + describe_node(node));
   }
-  HELIOS_ASSIGN_OR_RETURN(MapReader model,
-                          MapReader::open(source, node, node.Mark(), path,
-                                          {"name", "path", "early_exit"}));
+  std::vector<std::string_view> keys = {"name", "path", "early_exit"};
+  if (telemetry) keys.push_back("telemetry");
+  HELIOS_ASSIGN_OR_RETURN(MapReader model, MapReader::open(source, node, node.Mark(), path, keys));
   for (std::string_view key : {"name", "path"}) {
     if (!model.has(key)) {
       return model.error(key, "missing; every model needs a name (what clients ask for) and a "
@@ -43,10 +45,20 @@ Status read_model(const ConfigSource& source, const YAML::Node& node, size_t ind
     return model.error("path", "must be the path of a GGUF file, got an empty string");
   }
   out->path = resolve_path(source, out->path);
+  if (telemetry && model.has("telemetry")) {
+    HELIOS_ASSIGN_OR_RETURN(MapReader t, MapReader::open(source, model.value("telemetry"), model.mark_of("telemetry"),
+                                                         model.key_path("telemetry"),
+                                                         {"throughput", "perplexity", "memory"}));
+    HELIOS_RETURN_IF_ERROR(t.read_double("throughput", &telemetry->throughput_tok_s));
+    HELIOS_RETURN_IF_ERROR(t.read_double("perplexity", &telemetry->perplexity));
+    HELIOS_RETURN_IF_ERROR(t.read_byte_size("memory", &telemetry->memory_bytes));
+    if (telemetry->throughput_tok_s < 0) return t.error("throughput", "must be >= 0 tokens/s (0 = unknown)");
+    if (telemetry->perplexity != 0 && telemetry->perplexity < 1) {
+      return t.error("perplexity", "must be >= 1 (a perplexity), or 0 = unknown");
+    }
+  }
   return read_early_exit_config(model, &out->early_exit);
 }
-
-}  // namespace
 
 Status read_models_config(const ConfigSource& source, const YAML::Node& node,
                           const YAML::Mark& where, std::vector<ModelEntryConfig>* out) {
@@ -71,7 +83,7 @@ Status read_models_config(const ConfigSource& source, const YAML::Node& node,
   }
   std::vector<ModelEntryConfig> models(node.size());
   for (size_t i = 0; i < node.size(); ++i) {
-    HELIOS_RETURN_IF_ERROR(read_model(source, node[i], i, &models[i]));
+    HELIOS_RETURN_IF_ERROR(read_model_entry(source, node[i], "models[" + std::to_string(i) + "]", &models[i], nullptr));
     for (size_t j = 0; j < i; ++j) {
       if (models[j].name == models[i].name) {
         return config_error(source, node[i]["name"].Mark(),

@@ -26,6 +26,15 @@ Status read_limits_config(const ConfigSource& source, const YAML::Node& node,
 Status read_logging_config(const ConfigSource& source, const YAML::Node& node,
                            const YAML::Mark& where, LoggingConfig* out);
 
+// One entry of models[] (`telemetry` null) or model_repository[] (with its telemetry map).
+Status read_model_entry(const ConfigSource& source, const YAML::Node& node, const std::string& path,
+                        ModelEntryConfig* out, ModelTelemetry* telemetry);
+// model_repository and groups (groups_config.cpp): names unique, candidates in the repository.
+Status read_model_repository(const ConfigSource& source, const YAML::Node& node, const YAML::Mark& where,
+                             std::vector<RepositoryModelConfig>* out);
+Status read_groups_config(const ConfigSource& source, const YAML::Node& node, const YAML::Mark& where,
+                          const std::vector<RepositoryModelConfig>& repository, std::vector<ModelGroupConfig>* out);
+
 // models[i].early_exit, read from the model's own map.
 Status read_early_exit_config(const MapReader& model, EarlyExitConfig* out);
 

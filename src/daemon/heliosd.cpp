@@ -5,6 +5,7 @@
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -12,6 +13,7 @@
 #include "helios/config.h"
 #include "helios/metrics.h"
 #include "server/helios_server.h"
+#include "server/model_group.h"
 
 namespace {
 
@@ -99,8 +101,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (check_only) {
-    std::printf("%s: valid (%zu model%s, listen %s)\n", config_path.c_str(), config->models.size(),
-                config->models.size() == 1 ? "" : "s", config->server.listen.c_str());
+    std::printf("%s: valid (%zu model%s%s, listen %s)\n", config_path.c_str(), config->models.size(),
+                config->models.size() == 1 ? "" : "s",
+                config->groups.empty() ? ""
+                                       : (", " + std::to_string(config->groups.size()) + " group" +
+                                          (config->groups.size() == 1 ? "" : "s") + " over " +
+                                          std::to_string(config->model_repository.size()) + " repository models")
+                                             .c_str(),
+                config->server.listen.c_str());
     return 0;
   }
 
@@ -128,8 +136,9 @@ int main(int argc, char** argv) {
     spdlog::error("{}", server.status().message());
     return 1;
   }
-  spdlog::info("listening on {} (port {}); loading {} model(s)", config->server.listen, (*server)->port(),
-               config->models.size());
+  spdlog::info("listening on {} (port {}); loading {} model(s) and {} group(s)", config->server.listen,
+               (*server)->port(), config->models.size(), config->groups.size());
+  const auto started = std::chrono::steady_clock::now();
 
   std::vector<std::unique_ptr<helios::server::ServedModel>> models;
   for (const auto& entry : config->models) {
@@ -144,7 +153,20 @@ int main(int argc, char** argv) {
     }
     models.push_back(std::move(*served));
   }
-  (*server)->set_models(std::move(models));
+  std::vector<std::unique_ptr<helios::server::ModelGroup>> groups;
+  for (const auto& group : config->groups) {
+    helios::server::HeliosServer* srv = server->get();
+    auto loaded = helios::server::ModelGroup::create(
+        group, *config, metrics,
+        [srv, name = group.name](const std::string& error) { srv->report_fault(name, error); }, started);
+    if (!loaded.ok()) {
+      spdlog::error("cannot start group '{}': {}", group.name, loaded.status().message());
+      (*server)->drain_and_stop(0);
+      return 1;
+    }
+    groups.push_back(std::move(*loaded));
+  }
+  (*server)->set_models(std::move(models), std::move(groups));
   spdlog::info("serving");
 
   int signal_number = 0;

@@ -16,6 +16,7 @@
 
 #include "helios/v1/helios.grpc.pb.h"
 #include "server/exit_options.h"
+#include "server/model_group.h"
 #include "server/request_convert.h"
 
 namespace helios::server {
@@ -51,6 +52,14 @@ StatusOr<std::string> read_file(const std::string& path) {
 }
 
 class ServerImpl;
+
+// What a group hears of a routed request that ended without finishing normally (refused,
+// cancelled, the client gone): it counts as served, without tokens to learn from.
+GenerationUpdate cancelled_update() {
+  GenerationUpdate u;
+  u.finish = FinishReason::kAborted;
+  return u;
+}
 
 class Service final : public v1::Helios::Service {
  public:
@@ -100,10 +109,12 @@ class ServerImpl final : public HeliosServer {
 
   int port() const override { return port_; }
 
-  void set_models(std::vector<std::unique_ptr<ServedModel>> models) override {
+  void set_models(std::vector<std::unique_ptr<ServedModel>> models,
+                  std::vector<std::unique_ptr<ModelGroup>> groups) override {
     {
       std::unique_lock lock(mu_);
       models_ = std::move(models);
+      groups_ = std::move(groups);
       state_ = ServerState::kServing;
       if (faulted_) return;  // a model faulted while loading the others: never SERVING
     }
@@ -132,11 +143,13 @@ class ServerImpl final : public HeliosServer {
     if (n_live() > 0) {
       spdlog::warn("drain timeout: ending {} requests", n_live());
       for (auto& m : models_) m->engine->abort_all("the server shut down before this request finished");
+      for (auto& g : groups_) g->abort_all("the server shut down before this request finished");
     }
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
     server_->Wait();
     std::unique_lock lock(mu_);
     models_.clear();  // stops the engines
+    groups_.clear();
   }
 
   // --- used by the handlers
@@ -158,22 +171,45 @@ class ServerImpl final : public HeliosServer {
                         : "the API key is not valid"};
   }
 
-  // The model a request names ("" = the first); null with the error in *status.
-  ServedModel* find_model(const std::string& name, grpc::Status* status) const {
+  // What a request names: a model, or a group ("" = the first model, else the first group).
+  struct Target {
+    ServedModel* model = nullptr;
+    ModelGroup* group = nullptr;
+  };
+  // Null in both with the error in *status.
+  Target find_target(const std::string& name, grpc::Status* status) const {
     std::shared_lock lock(mu_);
     if (state_ != ServerState::kServing) {
       *status = {StatusCode::UNAVAILABLE, state_ == ServerState::kLoading ? "the server is loading its models"
                                                                           : "the server is shutting down"};
-      return nullptr;
+      return {};
     }
-    if (name.empty()) return models_.front().get();
+    if (name.empty()) return models_.empty() ? Target{nullptr, groups_.front().get()} : Target{models_.front().get()};
     for (const auto& m : models_) {
-      if (m->entry.name == name) return m.get();
+      if (m->entry.name == name) return {m.get()};
+    }
+    for (const auto& g : groups_) {
+      if (g->name() == name) return {nullptr, g.get()};
     }
     std::string names;
     for (const auto& m : models_) names += (names.empty() ? "" : ", ") + m->entry.name;
+    for (const auto& g : groups_) names += (names.empty() ? "" : ", ") + g->name() + " (group)";
     *status = {StatusCode::NOT_FOUND, "unknown model '" + name + "' (served: " + names + ")"};
-    return nullptr;
+    return {};
+  }
+
+  // A model for Tokenize, Detokenize and model info: a group answers with its current engine.
+  std::shared_ptr<ServedModel> find_model(const std::string& name, grpc::Status* status) const {
+    const Target t = find_target(name, status);
+    if (t.group) return t.group->current();
+    return t.model ? std::shared_ptr<ServedModel>(std::shared_ptr<ServedModel>(), t.model) : nullptr;
+  }
+
+  std::vector<ModelGroup*> groups() const {
+    std::shared_lock lock(mu_);
+    std::vector<ModelGroup*> out;
+    for (const auto& g : groups_) out.push_back(g.get());
+    return out;
   }
 
   std::vector<ServedModel*> models() const {
@@ -190,6 +226,7 @@ class ServerImpl final : public HeliosServer {
   size_t n_live() const {
     size_t n = 0;
     for (ServedModel* m : models()) n += m->engine->n_live();
+    for (ModelGroup* g : groups()) n += g->n_live();
     return n;
   }
   std::string next_request_id() { return "req-" + std::to_string(++request_counter_); }
@@ -227,6 +264,7 @@ class ServerImpl final : public HeliosServer {
   ServerState state_ = ServerState::kLoading;
   bool faulted_ = false;  // a device error: NOT_SERVING from then on
   std::vector<std::unique_ptr<ServedModel>> models_;
+  std::vector<std::unique_ptr<ModelGroup>> groups_;
   std::atomic<uint64_t> request_counter_{0};
   std::mutex ids_mu_;
   std::unordered_set<std::string> live_ids_;
@@ -256,8 +294,16 @@ grpc::Status Service::Generate(ServerContext* ctx, const v1::GenerateRequest* re
                                grpc::ServerWriter<v1::GenerateResponse>* writer) {
   if (grpc::Status s = server_.check_auth(ctx); !s.ok()) return s;
   grpc::Status status;
-  ServedModel* m = server_.find_model(req->model(), &status);
-  if (!m) return status;
+  const auto target = server_.find_target(req->model(), &status);
+  if (!target.model && !target.group) return status;
+  // A group's manager picks the engine (and with it the model, depth and exit rule).
+  std::optional<GroupRoute> route;
+  if (target.group) {
+    auto routed = target.group->route();
+    if (!routed.ok()) return to_grpc(routed.status());
+    route = std::move(*routed);
+  }
+  ServedModel* m = route ? route->served.get() : target.model;
   // Refuse before tokenizing: an overloaded server should not spend time on work it will drop.
   if (!m->engine->has_capacity()) {
     server_.count_error();
@@ -265,31 +311,51 @@ grpc::Status Service::Generate(ServerContext* ctx, const v1::GenerateRequest* re
   }
   RequestLimits limits{server_.config().limits, m->context_tokens, m->entry.early_exit};
   auto request = to_generation_request(*req, *m->model, limits);
-  if (!request.ok()) return to_grpc(request.status());
+  if (!request.ok()) {
+    if (route) target.group->on_update(*route, cancelled_update());
+    return to_grpc(request.status());
+  }
+  if (route) {
+    request->exit = route->exit;
+    request->observe_exits = route->observe;
+  }
   const std::string id = req->request_id().empty() ? server_.next_request_id() : req->request_id();
   const RequestIdClaim claim(server_, id);
-  if (!claim.claimed()) return {StatusCode::ALREADY_EXISTS, "request id '" + id + "' is already in use"};
+  if (!claim.claimed()) {
+    if (route) target.group->on_update(*route, cancelled_update());
+    return {StatusCode::ALREADY_EXISTS, "request id '" + id + "' is already in use"};
+  }
   request->client_id = id;
   auto stream = m->engine->submit(std::move(*request));
   if (!stream.ok()) {
     server_.count_error();
+    if (route) target.group->on_update(*route, cancelled_update());
     return to_grpc(stream.status());
   }
-  spdlog::debug("{}: queued on {}", id, m->entry.name);
+  const std::string model_name = route ? route->served->entry.name : m->entry.name;
+  const int32_t loaded_depth = m->model->n_layers_loaded();
+  spdlog::debug("{}: queued on {} ({} layers)", id, model_name, loaded_depth);
   for (;;) {
     auto update = (*stream)->pop(std::chrono::milliseconds(20));
     if (ctx->IsCancelled()) {
       m->engine->abort(id);
+      if (route) target.group->on_update(*route, cancelled_update());
       spdlog::info("{}: cancelled by the client", id);
       return {StatusCode::CANCELLED, "cancelled"};
     }
     if (!update) continue;
+    if (route) target.group->on_update(*route, *update);
     const bool server_ended = update->finish == FinishReason::kAborted && !update->error.empty();
     v1::GenerateResponse response;
     to_response(*update, id, &response);
+    for (v1::GeneratedToken& t : *response.mutable_tokens()) {
+      t.set_model(model_name);
+      t.set_loaded_depth(loaded_depth);
+    }
     if (server_ended) response.set_finish_reason(v1::FINISH_REASON_UNSPECIFIED);
     if ((!server_ended || response.tokens_size() > 0) && !writer->Write(response)) {
       m->engine->abort(id);
+      if (route && update->finish == FinishReason::kNone) target.group->on_update(*route, cancelled_update());
       return {StatusCode::CANCELLED, "the client went away"};
     }
     if (server_ended) {
@@ -298,8 +364,8 @@ grpc::Status Service::Generate(ServerContext* ctx, const v1::GenerateRequest* re
       return to_grpc(helios::Status(update->error_code, update->error));
     }
     if (update->finish != FinishReason::kNone) {
-      spdlog::info("{}: {} prompt + {} generated tokens, ttft {:.3f} s, total {:.3f} s", id,
-                   update->prompt_tokens, update->completion_tokens, update->ttft_seconds,
+      spdlog::info("{}: {} prompt + {} generated tokens on {} ({} layers), ttft {:.3f} s, total {:.3f} s", id,
+                   update->prompt_tokens, update->completion_tokens, model_name, loaded_depth, update->ttft_seconds,
                    update->total_seconds);
       return grpc::Status::OK;
     }
@@ -311,6 +377,7 @@ grpc::Status Service::Abort(ServerContext* ctx, const v1::AbortRequest* req, v1:
   if (req->request_id().empty()) return {StatusCode::INVALID_ARGUMENT, "request_id is empty"};
   bool found = false;
   for (ServedModel* m : server_.models()) found = m->engine->abort(req->request_id()) || found;
+  for (ModelGroup* g : server_.groups()) found = g->abort(req->request_id()) || found;
   resp->set_found(found);
   return grpc::Status::OK;
 }
@@ -318,7 +385,7 @@ grpc::Status Service::Abort(ServerContext* ctx, const v1::AbortRequest* req, v1:
 grpc::Status Service::Tokenize(ServerContext* ctx, const v1::TokenizeRequest* req, v1::TokenizeResponse* resp) {
   if (grpc::Status s = server_.check_auth(ctx); !s.ok()) return s;
   grpc::Status status;
-  ServedModel* m = server_.find_model(req->model(), &status);
+  const std::shared_ptr<ServedModel> m = server_.find_model(req->model(), &status);
   if (!m) return status;
   const Tokenizer& tok = m->model->tokenizer();
   for (TokenId id : tok.encode(req->text(), req->add_special(), req->parse_special())) {
@@ -333,7 +400,7 @@ grpc::Status Service::Tokenize(ServerContext* ctx, const v1::TokenizeRequest* re
 grpc::Status Service::Detokenize(ServerContext* ctx, const v1::DetokenizeRequest* req, v1::DetokenizeResponse* resp) {
   if (grpc::Status s = server_.check_auth(ctx); !s.ok()) return s;
   grpc::Status status;
-  ServedModel* m = server_.find_model(req->model(), &status);
+  const std::shared_ptr<ServedModel> m = server_.find_model(req->model(), &status);
   if (!m) return status;
   std::vector<TokenId> ids(req->token_ids().begin(), req->token_ids().end());
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -391,19 +458,103 @@ void fill_early_exit_stats(const ServedModel& m, const EngineStatus& e, v1::Earl
                                      : 0.0);
 }
 
+void fill_group_status(const GroupStatusSnapshot& gs, v1::GroupStatus* out) {
+  out->set_name(gs.name);
+  out->set_slo(slo_mode_name(gs.params.slo));
+  out->set_phase(gs.evaluating ? "evaluating" : "serving");
+  out->set_model(gs.model);
+  out->set_loaded_depth(gs.depth);
+  out->set_n_layers(gs.n_layers);
+  for (const std::string& c : gs.candidates) out->add_candidates(c);
+  for (const PhtRow& r : gs.pht) {
+    v1::PhtRow* row = out->add_performance_history();
+    row->set_model(r.model);
+    row->set_depth(r.depth);
+    row->set_requests(r.requests);
+    row->set_tokens(r.tokens);
+    row->set_throughput_tok_s(r.throughput_tok_s());
+    row->set_mean_ttft_seconds(r.mean_ttft_s());
+    row->set_mean_tpot_seconds(r.mean_tpot_s());
+    row->set_perplexity(r.perplexity());
+    row->set_joules_per_token(r.tokens > 0 ? r.joules_per_token() : 0.0);
+    row->set_observed_tokens(r.observed_tokens);
+    for (int32_t e : r.exits) {
+      row->add_exit_layers(e);
+      row->add_leave_share(r.leave_share(e));
+    }
+  }
+  out->set_confidence_breaches(gs.breaches);
+  out->set_cbc_window(gs.params.cbc_window);
+  out->set_cbc_max(gs.params.cbc_max);
+  out->set_threshold(gs.params.threshold);
+  out->set_requests_total(gs.requests_total);
+  out->set_requests_since_evaluation(gs.requests_since_evaluation);
+  out->set_reassess_every(gs.params.reassess_every);
+  v1::MemorySplit* mem = out->mutable_memory();
+  mem->set_budget_bytes(gs.memory.budget_bytes);
+  mem->set_weight_bytes(gs.memory.weight_bytes);
+  mem->set_kv_bytes(gs.memory.kv_bytes);
+  mem->set_kv_blocks(gs.memory.kv_blocks);
+  mem->set_kv_block_size(gs.memory.kv_block_size);
+  mem->set_max_batch(gs.memory.max_batch);
+  mem->set_batch_context(gs.memory.batch_context);
+  for (const DecisionRecord& d : gs.decisions) {
+    v1::ManagerDecision* md = out->add_decisions();
+    md->set_decision(decision_kind_name(d.decision.kind));
+    md->set_model(d.model);
+    md->set_loaded_depth(d.decision.target.depth);
+    md->set_reason(d.decision.reason);
+    md->set_at_seconds(d.at_seconds);
+  }
+  for (const LoadedEngineStatus& le : gs.engines) {
+    v1::LoadedEngine* e = out->add_engines();
+    e->set_model(le.model);
+    e->set_loaded_depth(le.depth);
+    e->set_running(le.engine.running);
+    e->set_waiting(le.engine.waiting);
+    e->set_kv_blocks_total(le.engine.kv_blocks_total);
+    e->set_kv_blocks_used(le.engine.kv_blocks_used);
+    e->set_weight_bytes(le.weight_bytes);
+    e->set_generated_tokens_total(le.engine.generated_tokens_total);
+  }
+}
+
 grpc::Status Service::ListModels(ServerContext* ctx, const v1::ListModelsRequest*, v1::ListModelsResponse* resp) {
   if (grpc::Status s = server_.check_auth(ctx); !s.ok()) return s;
   for (ServedModel* m : server_.models()) fill_model_info(*m, resp->add_models());
+  for (ModelGroup* g : server_.groups()) {  // a group, described by the engine it serves from now
+    if (const auto m = g->current()) {
+      v1::ModelInfo* info = resp->add_models();
+      fill_model_info(*m, info);
+      info->set_name(g->name());
+    }
+  }
   return grpc::Status::OK;
 }
 
 grpc::Status Service::GetModelInfo(ServerContext* ctx, const v1::GetModelInfoRequest* req, v1::ModelInfo* resp) {
   if (grpc::Status s = server_.check_auth(ctx); !s.ok()) return s;
   grpc::Status status;
-  ServedModel* m = server_.find_model(req->model(), &status);
+  const std::shared_ptr<ServedModel> m = server_.find_model(req->model(), &status);
   if (!m) return status;
   fill_model_info(*m, resp);
   return grpc::Status::OK;
+}
+
+// The server's totals: every engine's queues, KV and counters added up.
+void add_engine_totals(const EngineStatus& e, v1::ServerStatus* resp) {
+  resp->set_requests_waiting(resp->requests_waiting() + e.waiting);
+  resp->set_requests_running(resp->requests_running() + e.running);
+  resp->set_requests_swapped(resp->requests_swapped() + e.swapped);
+  resp->set_kv_blocks_total(resp->kv_blocks_total() + e.kv_blocks_total);
+  resp->set_kv_blocks_used(resp->kv_blocks_used() + e.kv_blocks_used);
+  resp->set_kv_block_size(e.kv_block_size);
+  resp->set_batch_size(resp->batch_size() + e.batch_size);
+  resp->set_batch_tokens(resp->batch_tokens() + e.batch_tokens);
+  resp->set_steps_per_second(std::max(resp->steps_per_second(), e.steps_per_second));
+  resp->set_preemptions(resp->preemptions() + e.preemptions);
+  resp->set_requests_total(resp->requests_total() + e.requests_total);
+  resp->set_generated_tokens_total(resp->generated_tokens_total() + e.generated_tokens_total);
 }
 
 grpc::Status Service::GetServerStatus(ServerContext* ctx, const v1::GetServerStatusRequest*, v1::ServerStatus* resp) {
@@ -412,23 +563,17 @@ grpc::Status Service::GetServerStatus(ServerContext* ctx, const v1::GetServerSta
   resp->set_state(state == ServerState::kLoading ? "LOADING" : state == ServerState::kServing ? "SERVING" : "DRAINING");
   for (ServedModel* m : server_.models()) {
     const EngineStatus e = m->engine->status();
-    resp->set_requests_waiting(resp->requests_waiting() + e.waiting);
-    resp->set_requests_running(resp->requests_running() + e.running);
-    resp->set_requests_swapped(resp->requests_swapped() + e.swapped);
-    resp->set_kv_blocks_total(resp->kv_blocks_total() + e.kv_blocks_total);
-    resp->set_kv_blocks_used(resp->kv_blocks_used() + e.kv_blocks_used);
-    resp->set_kv_block_size(e.kv_block_size);
-    resp->set_batch_size(resp->batch_size() + e.batch_size);
-    resp->set_batch_tokens(resp->batch_tokens() + e.batch_tokens);
-    resp->set_steps_per_second(std::max(resp->steps_per_second(), e.steps_per_second));
-    resp->set_preemptions(resp->preemptions() + e.preemptions);
-    resp->set_requests_total(resp->requests_total() + e.requests_total);
-    resp->set_generated_tokens_total(resp->generated_tokens_total() + e.generated_tokens_total);
+    add_engine_totals(e, resp);
     v1::ModelStatus* model = resp->add_models();
     model->set_name(m->entry.name);
     model->set_requests_total(e.requests_total);
     model->set_generated_tokens_total(e.generated_tokens_total);
     fill_early_exit_stats(*m, e, model->mutable_early_exit());
+  }
+  for (ModelGroup* g : server_.groups()) {
+    const GroupStatusSnapshot gs = g->status();
+    for (const LoadedEngineStatus& le : gs.engines) add_engine_totals(le.engine, resp);
+    fill_group_status(gs, resp->add_groups());
   }
   resp->set_uptime_seconds(server_.uptime());
   return grpc::Status::OK;

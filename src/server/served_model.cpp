@@ -5,7 +5,7 @@
 #include "helios/chat_template.h"
 #include "helios/model_setup.h"
 #include "server/exit_options.h"
-#include "server/helios_server.h"
+#include "server/served_model.h"
 
 namespace helios::server {
 namespace {

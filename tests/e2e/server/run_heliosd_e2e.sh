@@ -14,5 +14,5 @@ if ! "$PY" -c 'import grpc, grpc_tools.protoc' 2> /dev/null; then
 fi
 export HELIOS_BINARY_DIR="$BIN" HELIOS_SOURCE_DIR="$SRC"
 cd "$(dirname "$0")" || exit 1
-if [ $# -eq 0 ]; then set -- test_heliosd; fi
+if [ $# -eq 0 ]; then set -- test_heliosd test_model_group; fi
 exec "$PY" -m unittest -v "$@"

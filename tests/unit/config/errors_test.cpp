@@ -41,8 +41,8 @@ TEST(ConfigErrors, MoreThanOneDocument) {
 
 TEST(ConfigErrors, TopLevelMustBeAMap) {
   EXPECT_EQ(config_error("- a\n- b\n"),
-            "cfg.yaml:1:1: (top level): expected a map of keys (server, models, engine, limits, "
-            "logging), got a list");
+            "cfg.yaml:1:1: (top level): expected a map of keys (server, models, model_repository, groups, "
+            "engine, limits, logging), got a list");
 }
 
 // ---- unknown and repeated keys ----
@@ -57,7 +57,7 @@ TEST(ConfigErrors, UnknownKeySuggestsTheClosest) {
 TEST(ConfigErrors, UnknownTopLevelKey) {
   EXPECT_TRUE(starts_with(config_error(with_model("enigne:\n  threads: 2\n")),
               "cfg.yaml:4:1: enigne: unknown key; did you mean 'engine'? Valid "
-                         "top-level keys: server, models, engine, limits, logging"));
+                         "top-level keys: server, models, model_repository, groups, engine, limits, logging"));
 }
 
 TEST(ConfigErrors, UnknownKeyNamedLikeTheStructField) {
