@@ -215,6 +215,8 @@ class Extra:
     server_total_s: float = 0.0
     messages: int = 0
     exit_layers: dict = field(default_factory=dict)   # layer → tokens that left there
+    token_ids: list = field(default_factory=list)     # the generated tokens (helios score judges them)
+    served_by: dict = field(default_factory=dict)     # "model@loaded_depth" → tokens (a group's manager)
 
 
 @dataclass
@@ -256,6 +258,7 @@ class AsyncClient:
             sampling=pb.SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, seed=s.seed))
         extra = Extra(request_id=request_id, sent=True)
         layers = collections.Counter()
+        served = collections.Counter()
         token_times: list[float] = []
         ok, error = False, ""
         start = time.perf_counter()
@@ -267,6 +270,8 @@ class AsyncClient:
                 for t in msg.tokens:
                     token_times.append(now)
                     layers[t.exit_layer] += 1
+                    extra.token_ids.append(t.token_id)
+                    served[f"{t.model}@{t.loaded_depth}"] += 1
                 if msg.finish_reason:
                     extra.finish_reason = pb.FinishReason.Name(msg.finish_reason).removeprefix("FINISH_REASON_")
                     extra.server_prompt_tokens = msg.usage.prompt_tokens
@@ -291,6 +296,7 @@ class AsyncClient:
             error = f"{type(e).__name__}: {e}"
         end = time.perf_counter()
         extra.exit_layers = {int(k): v for k, v in sorted(layers.items())}
+        extra.served_by = dict(served)
         result = RequestResult(ok=ok, error=error, prompt_len=prompt_len, output_len=len(token_times),
                                start=start, token_times=token_times, end=end)
         return result, extra

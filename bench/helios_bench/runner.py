@@ -232,6 +232,7 @@ def run_record(label: str, target: str, spec: RunSpec, outcome: RunOutcome, samp
             "server_prompt_tokens": e.server_prompt_tokens, "server_completion_tokens": e.server_completion_tokens,
             "server_queue_s": e.server_queue_s, "server_ttft_s": e.server_ttft_s, "server_total_s": e.server_total_s,
             "exit_layers": {str(k): v for k, v in e.exit_layers.items()},
+            "token_ids": e.token_ids, "served_by": e.served_by,
         })
     return {
         "label": label,

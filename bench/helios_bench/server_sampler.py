@@ -13,7 +13,8 @@ from .client import SyncClient
 # The fields kept from each sample, in the report's order.
 FIELDS = ("t", "state", "requests_waiting", "requests_running", "requests_swapped", "batch_size",
           "batch_tokens", "kv_blocks_used", "kv_blocks_total", "kv_use", "steps_per_second", "preemptions",
-          "requests_total", "generated_tokens_total", "model", "loaded_layers")
+          "requests_total", "generated_tokens_total", "model", "loaded_layers",
+          "group_phase", "group_model", "group_depth", "group_decisions", "group_last_decision")
 
 
 class ServerSampler:
@@ -51,6 +52,14 @@ class ServerSampler:
             "requests_total": s.requests_total, "generated_tokens_total": s.generated_tokens_total,
             "model": model, "loaded_layers": loaded,
         }
+        # A model group (the first): what its manager serves and how many decisions it has made.
+        groups = list(getattr(s, "groups", []))
+        g = groups[0] if groups else None
+        row.update({
+            "group_phase": g.phase if g else "", "group_model": g.model if g else "",
+            "group_depth": g.loaded_depth if g else 0, "group_decisions": len(g.decisions) if g else 0,
+            "group_last_decision": g.decisions[-1].decision if g and g.decisions else "",
+        })
         self.samples.append(row)
         return row
 

@@ -6,6 +6,7 @@ namespace helios::cli {
 int cmd_generate(int argc, char** argv);
 int cmd_calibrate(int argc, char** argv);
 int cmd_profile(int argc, char** argv);
+int cmd_score(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
 int cmd_convert_llama2c(int argc, char** argv);

@@ -17,6 +17,7 @@ constexpr Command kCommands[] = {
     {"generate", helios::cli::cmd_generate, "generate text from a prompt with a local model"},
     {"calibrate", helios::cli::cmd_calibrate, "fit exit heads (adapters, probes) on calibration text"},
     {"profile", helios::cli::cmd_profile, "where exits agree with the last layer: agreement, thresholds, the confidence curve"},
+    {"score", helios::cli::cmd_score, "judge a helios-bench report's outputs with one model: perplexity and agreement"},
     {"eval", helios::cli::cmd_eval, "compare early-exit policies with the full model: perplexity, agreement, speed"},
     {"inspect", helios::cli::cmd_inspect, "show a GGUF file's metadata, tensors and size"},
     {"convert-llama2c", helios::cli::cmd_convert_llama2c, "convert a llama2.c checkpoint to GGUF"},
