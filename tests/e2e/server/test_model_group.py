@@ -147,6 +147,38 @@ class EvaluateChooseTest(GroupServer):
                                                              timeout=10).token_ids))
 
 
+class ConcurrentTransitionsTest(GroupServer):
+    """Requests in flight while the manager moves on: each finishes on the engine it started on,
+    whole and as the plain model would write it, and the released engines' memory returns."""
+    REPOSITORY = [("tiny-a", [1, 2, 3, 4]), ("tiny-b", [2, 3, 4])]
+    GROUP = {"name": "stories", "memory_budget": "32MiB", "threshold": 0.5, "prefix_coverage": 0.3,
+             "evaluation_requests": 2, "reassess_every": 5}
+
+    def test_concurrent_requests_across_transitions(self):
+        prompts = PROMPTS[:16]
+        results = base.run_concurrently([lambda p=p: self.ask(p) for p in prompts])
+        for prompt, r in zip(prompts, results):
+            self.assertNotIsInstance(r, Exception, f"{prompt}: {r}")
+            served = {(t.model, t.loaded_depth) for t in r.tokens}
+            self.assertEqual(len(served), 1, f"{prompt}: one engine serves a request from start to end")
+            (_, depth), = served
+            self.assertEqual(len(r.ids), self.MAX_TOKENS)
+            self.assertEqual(r.ids, self.reference(prompt, depth), f"{prompt} at depth {depth}")
+        g = self.group()
+        self.assertGreaterEqual(len(g.decisions), 3, "evaluate, evaluate, choose at least")
+        self.server.wait_idle(timeout=5)
+        self.ask(PROMPTS[20])  # a route releases what no request uses any more
+        g = self.group()
+        self.assertEqual(len(g.engines), 1, [(e.model, e.loaded_depth, e.running) for e in g.engines])
+        self.assertLessEqual(g.memory.weight_bytes + g.memory.kv_bytes, g.memory.budget_bytes)
+        out = base.subprocess.run([base.HELIOS, "status", "--address", f"127.0.0.1:{self.server.port}"],
+                                  capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        for part in ("group stories (slo throughput)", "performance history (PHT)", "decisions (latest last)",
+                     "memory: budget 32 MiB"):
+            self.assertIn(part, out.stdout)
+
+
 class BreachTest(GroupServer):
     """Step 4: confidence breaches over the sliding window, extend or switch, replayed by the test
     from the tokens' own confidences."""
