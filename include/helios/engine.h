@@ -2,8 +2,8 @@
 // the scheduler picks the sequences and token counts, the model runs them as one batch, sampled
 // tokens go back to the scheduler and out to each request's stream.
 //
-// Thread-safety: submit(), abort(), status() and the streams are safe from any thread; the loop
-// owns the scheduler, the KV cache and the model.
+// Thread-safety: submit(), abort(), grow_kv(), extend_layers(), status() and the streams are safe
+// from any thread; the loop owns the scheduler, the KV cache and the model.
 #pragma once
 
 #include <chrono>
@@ -70,6 +70,11 @@ class RequestStream {
 struct EngineStatus {
   int32_t waiting = 0, running = 0, swapped = 0;
   int32_t kv_blocks_total = 0, kv_blocks_used = 0, kv_block_size = 0;
+  // Layers of the model the engine runs: the depth that produced each token reported after it
+  // (Engine::extend_layers makes it deeper).
+  int32_t loaded_layers = 0;
+  std::vector<int32_t> exit_layers;        // the model's exit points at that depth
+  int64_t n_params = 0;                    // parameters loaded
   int32_t batch_size = 0, batch_tokens = 0;
   double steps_per_second = 0;
   int64_t preemptions = 0, requests_total = 0, generated_tokens_total = 0;
@@ -79,6 +84,28 @@ struct EngineStatus {
   int64_t kv_fill_layers_total = 0;        // layers whose K/V was filled from an exit state
   int64_t draft_tokens_total = 0;          // self-speculative: tokens drafted
   int64_t draft_tokens_accepted = 0;       // self-speculative: drafts the full model confirmed
+};
+
+// How the tokens computed before Engine::extend_layers get their K/V at the new layers.
+enum class ExtendKv {
+  // From each token's state where it left (the old loaded depth, or an earlier exit): one K/V
+  // projection per new layer, as early exit fills the layers a token skips. Cheap; the
+  // continuation is close to, not always equal to, the deep model's.
+  kFillFromExitStates,
+  // Every earlier token runs the new layers for real: exact K/V, at the cost of a full prefill
+  // of each request's tokens so far.
+  kRecompute,
+};
+
+// A deeper prefix of the model for Engine::extend_layers.
+struct LayerExtension {
+  ModelWeights extra;                  // Model::load_layers_range(new depth): the blocks to add
+  std::vector<int32_t> exit_layers;    // the exit points at the new depth, as for Model::set_exits
+  const ExitHeadSet* heads = nullptr;  // their fitted heads (null: identity); read during the call
+  // What the KV pool may hold from now on, in bytes: the old pool's less the new weights', so the
+  // pool pays for them. Cut into blocks of the new depth's size.
+  int64_t kv_bytes = 0;
+  ExtendKv kv = ExtendKv::kFillFromExitStates;
 };
 
 struct EngineOptions {
@@ -115,11 +142,27 @@ class Engine {
   // logged and the engine serves on with the pool it had. INVALID_ARGUMENT for fewer blocks than
   // the pool has or was asked to grow to; UNAVAILABLE while stopping; INTERNAL when faulted.
   Status grow_kv(int32_t n_blocks);
+  // Makes the model deeper in place while requests run: the loop thread applies it between
+  // steps, and the call returns once it has, with the loop's status. There, every running and
+  // swapped request gives up its KV (recompute), the blocks join the model, the KV pool is made
+  // again for the new depth from `kv_bytes` (the old pool freed first), and each request goes on
+  // from its tokens so far — none is lost; a request at fixed depth at the old loaded depth now
+  // leaves at the new one. status().loaded_layers and kv_blocks_total show the result when this
+  // returns. A request the smaller pool cannot hold waits or is refused as any would.
+  // INVALID_ARGUMENT for no blocks, a depth past the model's, exit points outside the new depth,
+  // a kv_bytes under one block, or a live request whose rule the extended model cannot run;
+  // FAILED_PRECONDITION while another extension is pending; UNAVAILABLE while stopping; INTERNAL
+  // when faulted; RESOURCE_EXHAUSTED when the new pool or a head does not fit. On an error the
+  // engine serves on at the depth it had (its requests recomputed at most). Blocks the caller:
+  // never call it from the loop thread (on_fault).
+  Status extend_layers(LayerExtension extension);
   size_t n_live() const;
   EngineStatus status() const;
   // Empty while the engine serves; after a backend error (a failed CUDA or cuBLAS call, say) the
   // error, and the engine refuses new requests with INTERNAL.
   std::string fault() const;
+  // The model. From other threads read only what extend_layers leaves alone (config, tokenizer):
+  // its depth and exits change on the loop thread (status().loaded_layers is the safe read).
   const Model& model() const { return model_; }
 
  private:

@@ -28,7 +28,8 @@ struct SequenceBatchEntry {
   ExitRule exit;                    // how this sequence's logit rows may leave the stack
   // Per token (or empty): the layer it left at when it was computed before (0: unknown). A token
   // recomputed after a preemption leaves there again, so its K/V at every layer is what it was;
-  // rows that want logits ignore it.
+  // where its sequence may now run deeper (the model was extended since), the layers below get
+  // its K/V from its exit state. Rows that want logits ignore it.
   std::vector<int32_t> known_exit_layers;
 };
 
@@ -81,6 +82,24 @@ class Model {
   static StatusOr<std::unique_ptr<Model>> load(const std::string& path, Backend& backend,
                                                const ModelLoadOptions& options = {});
 
+  // --- Extending a model loaded with its first layers (ModelLoadOptions::n_layers)
+  // Blocks [n_layers_loaded(), new_depth) read from the model's file into backend memory, for
+  // append_layers. Reads the model and changes nothing, so another thread may call it while an
+  // engine runs the model (the backend must take allocations and uploads from two threads).
+  // INVALID_ARGUMENT for a depth at or below the loaded one or past the model's; the loader's
+  // errors (NOT_FOUND when the file is gone, RESOURCE_EXHAUSTED when the blocks do not fit).
+  StatusOr<ModelWeights> load_layers_range(int32_t new_depth) const;
+  // Moves load_layers_range's blocks in (weights().n_bytes counts them) and sets the exit points
+  // and heads for the new depth as set_exits does. All or nothing: INVALID_ARGUMENT for no blocks,
+  // a depth past the model's, or an exit point outside [1, new depth - 1]; RESOURCE_EXHAUSTED when
+  // a head does not fit; the model is as it was then. Not thread-safe: nothing may run the model
+  // meanwhile. A KV cache filled before is too shallow for it afterwards (kv_config() changes).
+  Status append_layers(ModelWeights extra, const std::vector<int32_t>& exit_layers, const ExitHeadSet* heads);
+  // check_exit_rule as it would answer after append_layers to `depth` with these exit points and
+  // heads: whether a request's rule still runs on the extended model.
+  Status check_exit_rule_at(const ExitRule& rule, int32_t depth, const std::vector<int32_t>& exit_layers,
+                            const ExitHeadSet* heads) const;
+
   const ModelConfig& config() const { return config_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const ModelWeights& weights() const { return weights_; }
@@ -130,6 +149,11 @@ class Model {
     Buffer bias;
     ExitHeadParams params;
   };
+  using ExitHeads = std::vector<std::shared_ptr<ExitHead>>;  // [depth + 1], null where none
+  // The heads set_exits installs for a model loaded to `depth`; the model is unchanged.
+  StatusOr<ExitHeads> make_exit_heads(int32_t depth, const std::vector<int32_t>& exit_layers,
+                                      const ExitHeadSet* fitted) const;
+  void install_exits(std::vector<int32_t> exit_layers, ExitHeads heads);
   struct Pass;  // one forward pass's state: rules, active and exited tokens, the result
   Status check_partial_pass(const ForwardBatch& batch) const;
   bool is_exit_point(int32_t layer) const;
@@ -142,7 +166,8 @@ class Model {
   void observe_exits(Pass& p, int32_t layer_no);   // ForwardBatch::observe_exits
   void leave_at_known_layers(Pass& p, int32_t layer_no);  // SequenceBatchEntry::known_exit_layers
   void check_exits(Pass& p, int32_t layer_no);     // confidence → decide_exits → leaving rows' logits
-  void remove_leaving(Pass& p, const std::vector<uint8_t>& leaves);  // active → exited, compacted
+  // Active → exited (after layer_no blocks; `replayed`: at their known exit layers), compacted.
+  void remove_leaving(Pass& p, const std::vector<uint8_t>& leaves, int32_t layer_no, bool replayed);
   void final_heads(Pass& p);                       // rows still running: the last block's head
   // The exit head at `layer` (logit lens, or adapter) on rows `rows` of `states`, into the
   // workspace's logits (backend memory, [rows.size(), n_vocab]).
@@ -152,9 +177,10 @@ class Model {
   void keep_logits(Pass& p, int32_t logits_row, int32_t result_row);
 
   Backend& backend_;
+  std::string path_;  // the GGUF file, for load_layers_range
   ModelConfig config_;
   std::vector<int32_t> exit_layers_;
-  std::vector<std::shared_ptr<ExitHead>> exit_heads_;  // [n_layers_loaded + 1], null where none
+  ExitHeads exit_heads_;  // [n_layers_loaded + 1], null where none
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelWeights weights_;
   std::shared_ptr<Workspace> ws_;

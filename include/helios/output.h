@@ -29,6 +29,7 @@ struct TokenEvent {
   float logprob = 0;                   // of the raw logits, before penalties and temperature
   std::vector<std::pair<TokenId, float>> top_logprobs;
   int32_t exit_layer = 0;              // blocks the token's row ran before its head
+  int32_t loaded_layers = 0;           // the model's depth when it ran (the engine sets it)
   float confidence = 0;                // the exit rule's measure there
   // Observe mode (GenerationRequest::observe_exits): what the exit head at each of the model's
   // exit points below its loaded depth (ForwardResult::observed_layers, ascending) said about the

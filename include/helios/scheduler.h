@@ -130,6 +130,11 @@ class Scheduler {
   void add(NewRequest request);
   // Forgets a request in any state and releases its blocks; false if unknown.
   bool abort(RequestId id);
+  // Every running and swapped sequence gives up its blocks (device and host) and goes back to
+  // waiting, in arrival order, keeping its tokens: it is computed again as a prefill (recompute).
+  // Between steps only. For a change under every sequence's KV (the engine's model grew deeper);
+  // not counted in n_preemptions(), which counts KV pressure.
+  void recompute_all();
   // Plans one step.
   SchedulerOutput schedule();
   // After the step: each sampled token joins its sequence (and counts as generated).

@@ -58,5 +58,12 @@ StatusOr<Matrix> upload_matrix(Backend& backend, const std::string& name, const 
 StatusOr<ModelWeights> load_weights(const GgufFile& file, const ModelConfig& config,
                                     Backend& backend, int32_t n_layers = 0,
                                     const LoadProgress& progress = nullptr);
+// Loads blocks [first_layer, end_layer) alone, for a model that holds the blocks before them: the
+// result has only `layers` (those blocks, in order) and n_params / n_bytes counting them; its
+// embedding, final norm and LM head are empty. INVALID_ARGUMENT for an empty range or one past
+// the model's blocks.
+StatusOr<ModelWeights> load_layer_range(const GgufFile& file, const ModelConfig& config, Backend& backend,
+                                        int32_t first_layer, int32_t end_layer,
+                                        const LoadProgress& progress = nullptr);
 
 }  // namespace helios

@@ -23,6 +23,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::start(Model& model, const EngineOption
   Impl* impl = engine->impl_.get();
   impl->snapshot.kv_blocks_total = options.n_kv_blocks;
   impl->snapshot.kv_block_size = options.block_size;
+  impl->snapshot.loaded_layers = model.n_layers_loaded();
+  impl->snapshot.exit_layers = model.exit_layers();
+  impl->snapshot.n_params = model.weights().n_params;
   impl->exit_layer_counts.assign(model.n_layers_loaded() + 1, 0);
   impl->snapshot.exit_layer_counts = impl->exit_layer_counts;
   impl->thread = std::thread([impl] { impl->run(); });
@@ -45,11 +48,13 @@ bool Engine::has_capacity() const {
 }
 
 StatusOr<std::shared_ptr<RequestStream>> Engine::submit(GenerationRequest request) {
-  HELIOS_RETURN_IF_ERROR(model_.check_exit_rule(request.exit));
-  request.exit = model_.resolve_exit_rule(request.exit);
   auto stream = std::make_shared<RequestStream>();
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
+    // Under the lock the loop extends the model under (extend_layers), so the rule is checked
+    // against the depth and exits it will run at.
+    HELIOS_RETURN_IF_ERROR(model_.check_exit_rule(request.exit));
+    request.exit = model_.resolve_exit_rule(request.exit);
     if (impl_->stopping) return unavailable("the server is shutting down");
     if (!impl_->fault_reason.empty()) return internal_error(impl_->fault_reason);
     if (static_cast<int32_t>(impl_->client_ids.size()) >= impl_->options.queue_limit) {
@@ -125,20 +130,29 @@ void Engine::Impl::run() {
     {
       std::unique_lock<std::mutex> lock(mu);
       cv.wait(lock, [&] {
-        return stopping || !incoming.empty() || !aborts.empty() || pending_kv_blocks > 0 || scheduler.has_work();
+        return stopping || !incoming.empty() || !aborts.empty() || pending_kv_blocks > 0 || pending_extension ||
+               scheduler.has_work();
       });
       if (stopping) break;
     }
     apply_kv_growth();  // first, so this step's admissions already see the larger pool
     admit_and_abort();
+    apply_layer_extension();  // after admission: the requests it holds follow the new depth
     if (scheduler.has_work()) {
       step();
     } else {
       publish_queues();  // idle: queues and KV use after aborts
     }
   }
-  // Shutdown: every live request ends with an explicit reason.
+  // Shutdown: every live request ends with an explicit reason, and an extension still waiting
+  // hears it was not applied.
   end_all(stop_reason, StatusCode::kUnavailable);
+  std::unique_ptr<PendingExtension> unapplied;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    unapplied.swap(pending_extension);
+  }
+  if (unapplied) unapplied->done.set_value(unavailable(stop_reason));
 }
 
 void Engine::Impl::end_all(const std::string& reason, StatusCode code) {

@@ -4,6 +4,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -38,6 +39,16 @@ struct Engine::Impl {
   // Engine::grow_kv's request, between steps: no pass holds a view of the old storage. A failure
   // is logged and the engine goes on with the pool it has.
   void apply_kv_growth();
+  // Engine::extend_layers' request, between steps (layer_extension.cpp): applies it and answers
+  // the waiting caller.
+  void apply_layer_extension();
+  Status extend_layers(LayerExtension& extension);
+  // The steps of extend_layers() (layer_extension.cpp).
+  Status check_rules_after(const LayerExtension& extension, int32_t new_depth,
+                           const std::vector<GenerationRequest*>& requests) const;
+  // A KV pool of n_blocks for `kv_config`, the old one freed first to keep the peak low.
+  Status remake_kv(const ModelConfig& kv_config, int32_t n_blocks);
+  void adopt_new_depth(int32_t old_depth, ExtendKv kv_mode, int32_t n_blocks);
   void step();
   void copy_swaps(const SchedulerOutput& out);
   void end_request(RequestId id, GenerationUpdate final_update);
@@ -76,6 +87,11 @@ struct Engine::Impl {
   std::deque<std::pair<GenerationRequest, std::shared_ptr<RequestStream>>> incoming;
   std::vector<std::pair<std::string, std::string>> aborts;  // client id, reason
   int32_t pending_kv_blocks = 0;                            // grow_kv's total not yet applied; 0: none
+  struct PendingExtension {
+    LayerExtension extension;
+    std::promise<Status> done;  // set by the loop; extend_layers waits on it
+  };
+  std::unique_ptr<PendingExtension> pending_extension;      // extend_layers' request; null: none
   std::unordered_map<std::string, bool> client_ids;         // live client ids
   EngineStatus snapshot;
   int64_t requests_total = 0;

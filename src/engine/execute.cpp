@@ -39,6 +39,7 @@ bool Engine::Impl::run_batch(const SchedulerOutput& out, const std::vector<size_
     const RequestId id = out.seqs[members[fr.row_seq[row]]].id;
     LiveRequest& r = *live[id];
     GenerationUpdate u = r.on_row(fr, row, *scheduler.tokens(id));
+    u.tokens.back().loaded_layers = model.n_layers_loaded();
     scheduler.append_token(id, u.tokens.back().id);
     count_token(fr.row_exit_layer[row], fr.row_exit_layer[row]);
     if (u.finish != FinishReason::kNone) {
@@ -79,6 +80,7 @@ bool Engine::Impl::run_speculative(const SchedulerOutput& out, int32_t draft_lay
     GenerationUpdate merged;
     const int32_t accepted = take_speculated(seq, [&](int32_t row, TokenId* token) {
       GenerationUpdate u = r.on_row(fr, row, history);
+      u.tokens.back().loaded_layers = model.n_layers_loaded();
       *token = u.tokens.back().id;
       history.push_back(*token);
       emitted.push_back(*token);

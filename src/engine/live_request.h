@@ -3,6 +3,7 @@
 // the engine loop thread.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -33,6 +34,8 @@ struct LiveRequest {
   // Per token of positions [start, start + n): the layer it left at when computed before, 0 where
   // it never was.
   std::vector<int32_t> known_exit_layers(int32_t start, int32_t n) const;
+  // Every token so far as never computed (exit layer 0): a recompute runs it through every layer.
+  void forget_exit_layers() { std::fill(exit_layers.begin(), exit_layers.end(), 0); }
   // Samples the next token from row `row` of a forward pass (its raw logits, exit layer and
   // confidence, and in observe mode what the exit heads said) and turns it into the stream's next
   // update (final when the request is done).

@@ -1,5 +1,7 @@
 #include "engine/paged_kv_manager.h"
 
+#include <cassert>
+
 namespace helios {
 
 bool PagedKvManager::reserve(RequestId id, int32_t n_tokens) {
@@ -45,6 +47,12 @@ bool PagedKvManager::swap_in(RequestId id, std::vector<BlockCopy>* copies) {
   if (!move_blocks(host_, it->second, device_, device_tables_[id], copies)) return false;
   host_tables_.erase(it);
   return true;
+}
+
+void PagedKvManager::reset_device(int32_t n_blocks) {
+  assert(device_.n_used() == 0 && "reset_device with device blocks in use");
+  device_ = BlockAllocator(n_blocks);
+  device_tables_.clear();  // only empty tables can be left (reserve() of nothing, say)
 }
 
 const BlockTable* PagedKvManager::table(RequestId id) const {

@@ -26,6 +26,9 @@ class PagedKvManager final : public KvManager {
   int32_t n_used_blocks() const { return device_.n_used(); }
   // More device blocks (the storage has grown to n_blocks): free, after those free now.
   void grow_device(int32_t n_blocks) { device_.grow(n_blocks); }
+  // A fresh device allocator of n_blocks, for storage created anew (a deeper model's K/V, in a
+  // pool of another size). Precondition: no request holds a device block.
+  void reset_device(int32_t n_blocks);
 
  private:
   BlockAllocator device_;

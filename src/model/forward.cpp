@@ -338,7 +338,7 @@ void Model::leave_at_known_layers(Pass& p, int32_t layer_no) {
     leaves[a] = ws_->known_exit[p.active[a]] == layer_no;
     any = any || leaves[a];
   }
-  if (any) remove_leaving(p, leaves);
+  if (any) remove_leaving(p, leaves, layer_no, /*replayed=*/true);
 }
 
 void Model::check_exits(Pass& p, int32_t layer_no) {
@@ -428,10 +428,21 @@ void Model::check_exits(Pass& p, int32_t layer_no) {
       keep_logits(p, static_cast<int32_t>(j), ws.token_row[p.active[need_head[j]]]);
     }
   }
-  if (std::find(leaves.begin(), leaves.end(), 1) != leaves.end()) remove_leaving(p, leaves);
+  if (std::find(leaves.begin(), leaves.end(), 1) != leaves.end()) remove_leaving(p, leaves, layer_no, false);
 }
 
-void Model::remove_leaving(Pass& p, const std::vector<uint8_t>& leaves) {
+// Whether a token of a sequence under `rule` that leaves after layer_no blocks needs K/V at the
+// deeper layers (filled from its exit state): its policy fills them, or it is replayed and later
+// tokens of its sequence may go deeper than it did — as after the model was extended, where a
+// token that left at the old loaded depth now has blocks below it. Only a fixed-depth sequence
+// whose depth is this layer or shallower never reads deeper.
+static bool needs_deeper_kv(const ExitRule& rule, int32_t layer_no, bool replayed) {
+  const ExitPolicyTraits& t = exit_policy_traits(rule.policy);
+  if (t.fills_deeper_kv) return true;
+  return replayed && !(t.leaves_at_depth && rule.depth <= layer_no);
+}
+
+void Model::remove_leaving(Pass& p, const std::vector<uint8_t>& leaves, int32_t layer_no, bool replayed) {
   // The leaving rows' states join the exited set (for the K/V fill) unless nothing deeper will
   // ever read their sequence; the rest are compacted into a fresh x.
   const int32_t n_embd = config_.n_embd;
@@ -444,7 +455,9 @@ void Model::remove_leaving(Pass& p, const std::vector<uint8_t>& leaves) {
       still_active.push_back(t);
       continue;
     }
-    if (exit_policy_traits(p.rule(ws, t).policy).fills_deeper_kv) fill.push_back(static_cast<int32_t>(a));
+    if (layer_no < p.end_layer && needs_deeper_kv(p.rule(ws, t), layer_no, replayed)) {
+      fill.push_back(static_cast<int32_t>(a));
+    }
     if (p.batch.return_hidden) {
       download_rows(ws.x.data(), {static_cast<int32_t>(a)}, p.result.hidden.data() + static_cast<size_t>(t) * n_embd);
     }

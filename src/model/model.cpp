@@ -1,6 +1,7 @@
 // Model loading and batch validation; the pass itself is in forward.cpp.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "helios/gguf.h"
 #include "helios/model.h"
@@ -21,7 +22,36 @@ StatusOr<std::unique_ptr<Model>> Model::load(const std::string& path, Backend& b
   HELIOS_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::create(std::move(spec)));
   HELIOS_ASSIGN_OR_RETURN(m->weights_, load_weights(*file, m->config_, backend, options.n_layers,
                                                     options.progress));
+  m->path_ = path;
   return m;
+}
+
+// ---- Extending the loaded prefix ------------------------------------------------------------
+
+static Status check_new_depth(int32_t new_depth, int32_t loaded, int32_t n_layer) {
+  if (new_depth > loaded && new_depth <= n_layer) return ok_status();
+  return invalid_argument("a model loaded to " + std::to_string(loaded) + " of " + std::to_string(n_layer) +
+                          " layers extends to " + std::to_string(loaded + 1) + ".." + std::to_string(n_layer) +
+                          " layers; got " + std::to_string(new_depth));
+}
+
+StatusOr<ModelWeights> Model::load_layers_range(int32_t new_depth) const {
+  HELIOS_RETURN_IF_ERROR(check_new_depth(new_depth, n_layers_loaded(), config_.n_layer));
+  // Opened again: the mapping Model::load used is gone, and the file is only read here.
+  HELIOS_ASSIGN_OR_RETURN(auto file, GgufFile::open(path_));
+  return load_layer_range(*file, config_, backend_, n_layers_loaded(), new_depth);
+}
+
+Status Model::append_layers(ModelWeights extra, const std::vector<int32_t>& exit_layers, const ExitHeadSet* heads) {
+  const int32_t depth = n_layers_loaded() + static_cast<int32_t>(extra.layers.size());
+  HELIOS_RETURN_IF_ERROR(check_new_depth(depth, n_layers_loaded(), config_.n_layer));
+  // The heads first: a failure there leaves the model as it was.
+  HELIOS_ASSIGN_OR_RETURN(ExitHeads new_heads, make_exit_heads(depth, exit_layers, heads));
+  for (LayerWeights& layer : extra.layers) weights_.layers.push_back(std::move(layer));
+  weights_.n_params += extra.n_params;
+  weights_.n_bytes += extra.n_bytes;
+  install_exits(exit_layers, std::move(new_heads));
+  return ok_status();
 }
 
 Status Model::validate(const ForwardBatch& batch, const KvCacheStorage& kv) const {
@@ -55,18 +85,25 @@ Status Model::validate(const ForwardBatch& batch, const KvCacheStorage& kv) cons
 // ---- Exits -----------------------------------------------------------------------------------
 
 Status Model::set_exits(const std::vector<int32_t>& exit_layers, const ExitHeadSet* fitted) {
+  HELIOS_ASSIGN_OR_RETURN(ExitHeads heads, make_exit_heads(n_layers_loaded(), exit_layers, fitted));
+  install_exits(exit_layers, std::move(heads));
+  return ok_status();
+}
+
+StatusOr<Model::ExitHeads> Model::make_exit_heads(int32_t depth, const std::vector<int32_t>& exit_layers,
+                                                  const ExitHeadSet* fitted) const {
   const ModelConfig& c = config_;
-  std::vector<std::shared_ptr<ExitHead>> heads(n_layers_loaded() + 1);
+  ExitHeads heads(depth + 1);
   for (int32_t layer : exit_layers) {
-    if (layer < 1 || layer >= n_layers_loaded()) {
+    if (layer < 1 || layer >= depth) {
       return invalid_argument("exit layer " + std::to_string(layer) + " is outside 1.." +
-                              std::to_string(n_layers_loaded() - 1) + " (the loaded layers but the last)");
+                              std::to_string(depth - 1) + " (the loaded layers but the last)");
     }
   }
   // Heads: every exit point, and the loaded depth when it is short of the model (its head is an
   // exit head too).
   std::vector<int32_t> with_head = exit_layers;
-  if (n_layers_loaded() < c.n_layer) with_head.push_back(n_layers_loaded());
+  if (depth < c.n_layer) with_head.push_back(depth);
   for (int32_t layer : with_head) {
     auto head = std::make_shared<ExitHead>();
     const ExitHeadParams* params = fitted ? fitted->find(layer) : nullptr;
@@ -84,11 +121,14 @@ Status Model::set_exits(const std::vector<int32_t>& exit_layers, const ExitHeadS
     head->params.layer = layer;
     heads[layer] = std::move(head);
   }
-  exit_layers_ = exit_layers;
-  std::sort(exit_layers_.begin(), exit_layers_.end());
-  exit_layers_.erase(std::unique(exit_layers_.begin(), exit_layers_.end()), exit_layers_.end());
+  return heads;
+}
+
+void Model::install_exits(std::vector<int32_t> exit_layers, ExitHeads heads) {
+  std::sort(exit_layers.begin(), exit_layers.end());
+  exit_layers.erase(std::unique(exit_layers.begin(), exit_layers.end()), exit_layers.end());
+  exit_layers_ = std::move(exit_layers);
   exit_heads_ = std::move(heads);
-  return ok_status();
 }
 
 const std::vector<int32_t>& Model::exit_layers() const { return exit_layers_; }
@@ -112,27 +152,53 @@ ExitRule Model::resolve_exit_rule(ExitRule rule) const {
   return rule;
 }
 
-Status Model::check_exit_rule(const ExitRule& given) const {
-  const ExitRule rule = resolve_exit_rule(given);
+namespace {
+
+// The exits a rule is checked against: a model loaded to `depth` with exit points `points`
+// (sorted), whose head at an exit point has the calibration `params(layer)` (nullptr: none).
+struct ExitPointsView {
+  int32_t depth = 0;
+  const std::vector<int32_t>& points;
+  std::function<const ExitHeadParams*(int32_t)> params;
+
+  bool is_point(int32_t layer) const { return std::binary_search(points.begin(), points.end(), layer); }
+  bool all_points(const std::function<bool(const ExitHeadParams&)>& has, int32_t* missing) const {
+    for (int32_t l : points) {
+      const ExitHeadParams* p = params(l);
+      if (!p || !has(*p)) {
+        *missing = l;
+        return false;
+      }
+    }
+    return true;
+  }
+};
+
+Status check_rule(ExitRule rule, const ExitPointsView& exits) {
+  if (rule.depth == 0 && rule.policy == ExitPolicy::kFixedDepth) rule.depth = exits.depth;
+  if (rule.depth == 0 && rule.policy == ExitPolicy::kSelfSpeculative && !exits.points.empty()) {
+    rule.depth = exits.points.front();
+  }
   const std::string name = exit_policy_name(rule.policy);
-  const std::string points = exit_layers_.empty() ? "none are configured" : [&] {
+  const std::string points = exits.points.empty() ? "none are configured" : [&] {
     std::string s;
-    for (int32_t l : exit_layers_) s += (s.empty() ? "" : ", ") + std::to_string(l);
+    for (int32_t l : exits.points) s += (s.empty() ? "" : ", ") + std::to_string(l);
     return "the exit points are " + s;
   }();
   if (!(rule.threshold >= 0.0f) || std::isnan(rule.threshold)) {
     return invalid_argument("exit threshold must be >= 0, got " + std::to_string(rule.threshold));
   }
+  int32_t missing = 0;
   switch (rule.policy) {
     case ExitPolicy::kFull:
       return ok_status();
     case ExitPolicy::kFixedDepth:
-      if (rule.depth == n_layers_loaded() || is_exit_point(rule.depth)) return ok_status();
+      if (rule.depth == exits.depth || exits.is_point(rule.depth)) return ok_status();
       return invalid_argument("fixed-depth needs a depth that is an exit point or the loaded depth (" +
-                              std::to_string(n_layers_loaded()) + "); got " + std::to_string(rule.depth) +
+                              std::to_string(exits.depth) + "); got " + std::to_string(rule.depth) +
                               ", and " + points);
     case ExitPolicy::kSelfSpeculative:
-      if (!is_exit_point(rule.depth)) {
+      if (!exits.is_point(rule.depth)) {
         return invalid_argument("self-speculative drafts at an exit point (depth); got " +
                                 std::to_string(rule.depth) + ", and " + points);
       }
@@ -143,37 +209,47 @@ Status Model::check_exit_rule(const ExitRule& given) const {
       return ok_status();
     case ExitPolicy::kPerToken:
     case ExitPolicy::kBatchSync:
-      if (exit_layers_.empty()) return invalid_argument(name + " needs exit points; " + points);
+      if (exits.points.empty()) return invalid_argument(name + " needs exit points; " + points);
       if (rule.calibrated_thresholds) {
         if (rule.measure != ConfidenceMeasure::kTop1Prob) {
           return invalid_argument("calibrated thresholds are top-1 probabilities: use the top1 measure");
         }
-        for (int32_t l : exit_layers_) {
-          if (exit_heads_[l]->params.threshold <= 0) {
-            return invalid_argument("calibrated thresholds need `helios calibrate` heads with thresholds; layer " +
-                                    std::to_string(l) + " has none");
-          }
+        if (!exits.all_points([](const ExitHeadParams& p) { return p.threshold > 0; }, &missing)) {
+          return invalid_argument("calibrated thresholds need `helios calibrate` heads with thresholds; layer " +
+                                  std::to_string(missing) + " has none");
         }
       }
-      if (rule.measure == ConfidenceMeasure::kProbe) {
-        for (int32_t l : exit_layers_) {
-          if (exit_heads_[l]->params.probe_weight.empty()) {
-            return invalid_argument("the probe measure needs a calibrated probe at every exit; layer " +
-                                    std::to_string(l) + " has none (run `helios calibrate` and set the heads file)");
-          }
-        }
+      if (rule.measure == ConfidenceMeasure::kProbe &&
+          !exits.all_points([](const ExitHeadParams& p) { return !p.probe_weight.empty(); }, &missing)) {
+        return invalid_argument("the probe measure needs a calibrated probe at every exit; layer " +
+                                std::to_string(missing) + " has none (run `helios calibrate` and set the heads file)");
       }
-      if (rule.measure == ConfidenceMeasure::kAgreement) {
-        for (int32_t l : exit_layers_) {
-          if (exit_heads_[l]->params.curve_prob.empty()) {
-            return invalid_argument("the agreement measure needs `helios calibrate` heads with agreement curves; layer " +
-                                    std::to_string(l) + " has none (calibrate again and set the heads file)");
-          }
-        }
+      if (rule.measure == ConfidenceMeasure::kAgreement &&
+          !exits.all_points([](const ExitHeadParams& p) { return !p.curve_prob.empty(); }, &missing)) {
+        return invalid_argument("the agreement measure needs `helios calibrate` heads with agreement curves; layer " +
+                                std::to_string(missing) + " has none (calibrate again and set the heads file)");
       }
       return ok_status();
   }
   return ok_status();
+}
+
+}  // namespace
+
+Status Model::check_exit_rule(const ExitRule& rule) const {
+  const ExitPointsView exits{n_layers_loaded(), exit_layers_, [this](int32_t l) -> const ExitHeadParams* {
+                               return exit_heads_[l] ? &exit_heads_[l]->params : nullptr;
+                             }};
+  return check_rule(rule, exits);
+}
+
+Status Model::check_exit_rule_at(const ExitRule& rule, int32_t depth, const std::vector<int32_t>& exit_layers,
+                                 const ExitHeadSet* heads) const {
+  std::vector<int32_t> points = exit_layers;
+  std::sort(points.begin(), points.end());
+  points.erase(std::unique(points.begin(), points.end()), points.end());
+  const ExitPointsView exits{depth, points, [heads](int32_t l) { return heads ? heads->find(l) : nullptr; }};
+  return check_rule(rule, exits);
 }
 
 Status Model::check_partial_pass(const ForwardBatch& batch) const {

@@ -2,6 +2,7 @@
 // Latest first keeps FCFS: the oldest requests keep making progress, so every request that fits
 // the KV on its own finishes.
 #include <cassert>
+#include <deque>
 #include <vector>
 
 #include "helios/scheduler.h"
@@ -49,6 +50,16 @@ void Scheduler::preempt(Sequence& victim, StepPlan& plan) {
     // No host room: fall through to recompute.
   }
   preempt_by_recompute(victim);
+}
+
+void Scheduler::recompute_all() {
+  // Copies: preempt_by_recompute() inserts into waiting_ as it goes.
+  const std::vector<RequestId> running = running_;
+  const std::deque<RequestId> swapped = swapped_;
+  running_.clear();
+  swapped_.clear();
+  for (RequestId id : running) preempt_by_recompute(*find(id));
+  for (RequestId id : swapped) preempt_by_recompute(*find(id));
 }
 
 void Scheduler::preempt_by_recompute(Sequence& victim) {

@@ -107,51 +107,48 @@ StatusOr<Matrix> upload_matrix(Backend& backend, const std::string& name, const 
   return m;
 }
 
-StatusOr<ModelWeights> load_weights(const GgufFile& file, const ModelConfig& c, Backend& backend,
-                                    int32_t n_layers, const LoadProgress& progress) {
-  if (n_layers <= 0 || n_layers > c.n_layer) n_layers = c.n_layer;
+namespace {
+
+// Loads tensors into one ModelWeights, counting their parameters and backend bytes, and reporting
+// progress after each tensor.
+struct WeightLoader {
+  WeightLoader(const GgufFile& f, const ModelConfig& config, Backend& b, const LoadProgress& p)
+      : file(f), c(config), backend(b), progress(p) {}
+
+  const GgufFile& file;
+  const ModelConfig& c;
+  Backend& backend;
+  const LoadProgress& progress;
   ModelWeights w;
-  const auto bias_name = [](int32_t l, const char* proj) {
-    return "blk." + std::to_string(l) + ".attn_" + proj + ".bias";
-  };
-  int n_total = 3 + 9 * n_layers;
-  for (int32_t l = 0; l < n_layers; ++l) {
-    for (const char* proj : {"q", "k", "v"}) n_total += file.find_tensor(bias_name(l, proj)) != nullptr;
-  }
   int n_done = 0;
-  auto count = [&](const Buffer& b, int64_t n_params) {
+  int n_total = 0;
+
+  static std::string bias_name(int32_t l, const char* proj) {
+    return "blk." + std::to_string(l) + ".attn_" + proj + ".bias";
+  }
+  // Tensors block l has in the file: nine, and its Q/K/V biases where it has them.
+  int n_block_tensors(int32_t l) const {
+    int n = 9;
+    for (const char* proj : {"q", "k", "v"}) n += file.find_tensor(bias_name(l, proj)) != nullptr;
+    return n;
+  }
+  void count(const Buffer& b, int64_t n_params) {
     w.n_params += n_params;
     w.n_bytes += static_cast<int64_t>(b.size() * sizeof(float));
     if (progress) progress(++n_done, n_total);
-  };
-  auto vec = [&](const std::string& name, int64_t n) -> StatusOr<Buffer> {
+  }
+  StatusOr<Buffer> vec(const std::string& name, int64_t n) {
     auto b = load_f32(file, backend, name, n, 0);
     if (b.ok()) count(*b, n);
     return b;
-  };
-  auto mat = [&](const std::string& name, int64_t cols, int64_t rows) -> StatusOr<Matrix> {
+  }
+  StatusOr<Matrix> mat(const std::string& name, int64_t cols, int64_t rows) {
     auto m = load_matrix(file, backend, name, cols, rows);
     if (m.ok()) count(m->storage, cols * rows);
     return m;
-  };
-  HELIOS_ASSIGN_OR_RETURN(w.tok_embd, load_matrix(file, backend, "token_embd.weight", c.n_embd, c.n_vocab,
-                                                  /*embedding=*/true));
-  count(w.tok_embd.storage, int64_t{c.n_embd} * c.n_vocab);
-  HELIOS_ASSIGN_OR_RETURN(w.output_norm, vec("output_norm.weight", c.n_embd));
-  if (c.tied_output) {
-    // One copy of the table when the LM head multiplies with the type the embedding keeps.
-    const TensorType file_type = file.find_tensor("token_embd.weight")->type;
-    if (kept_type(backend, file_type, false) == w.tok_embd.view.type) {
-      w.output.view = w.tok_embd.view;
-    } else {
-      HELIOS_ASSIGN_OR_RETURN(w.output, load_matrix(file, backend, "token_embd.weight", c.n_embd, c.n_vocab));
-      w.n_bytes += static_cast<int64_t>(w.output.storage.size() * sizeof(float));
-    }
-    if (progress) progress(++n_done, n_total);
-  } else {
-    HELIOS_ASSIGN_OR_RETURN(w.output, mat("output.weight", c.n_embd, c.n_vocab));
   }
-  for (int32_t l = 0; l < n_layers; ++l) {
+  // Appends block l (0-based) to w.layers.
+  Status block(int32_t l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights lw;
     HELIOS_ASSIGN_OR_RETURN(lw.attn_norm, vec(p + "attn_norm.weight", c.n_embd));
@@ -170,8 +167,51 @@ StatusOr<ModelWeights> load_weights(const GgufFile& file, const ModelConfig& c, 
     HELIOS_ASSIGN_OR_RETURN(lw.w_up, mat(p + "ffn_up.weight", c.n_embd, c.n_ff));
     HELIOS_ASSIGN_OR_RETURN(lw.w_down, mat(p + "ffn_down.weight", c.n_ff, c.n_embd));
     w.layers.push_back(std::move(lw));
+    return ok_status();
   }
-  return w;
+};
+
+}  // namespace
+
+StatusOr<ModelWeights> load_weights(const GgufFile& file, const ModelConfig& c, Backend& backend,
+                                    int32_t n_layers, const LoadProgress& progress) {
+  if (n_layers <= 0 || n_layers > c.n_layer) n_layers = c.n_layer;
+  WeightLoader load(file, c, backend, progress);
+  load.n_total = 3;
+  for (int32_t l = 0; l < n_layers; ++l) load.n_total += load.n_block_tensors(l);
+  ModelWeights& w = load.w;
+  HELIOS_ASSIGN_OR_RETURN(w.tok_embd, load_matrix(file, backend, "token_embd.weight", c.n_embd, c.n_vocab,
+                                                  /*embedding=*/true));
+  load.count(w.tok_embd.storage, int64_t{c.n_embd} * c.n_vocab);
+  HELIOS_ASSIGN_OR_RETURN(w.output_norm, load.vec("output_norm.weight", c.n_embd));
+  if (c.tied_output) {
+    // One copy of the table when the LM head multiplies with the type the embedding keeps.
+    const TensorType file_type = file.find_tensor("token_embd.weight")->type;
+    if (kept_type(backend, file_type, false) == w.tok_embd.view.type) {
+      w.output.view = w.tok_embd.view;
+    } else {
+      HELIOS_ASSIGN_OR_RETURN(w.output, load_matrix(file, backend, "token_embd.weight", c.n_embd, c.n_vocab));
+      w.n_bytes += static_cast<int64_t>(w.output.storage.size() * sizeof(float));
+    }
+    if (progress) progress(++load.n_done, load.n_total);
+  } else {
+    HELIOS_ASSIGN_OR_RETURN(w.output, load.mat("output.weight", c.n_embd, c.n_vocab));
+  }
+  for (int32_t l = 0; l < n_layers; ++l) HELIOS_RETURN_IF_ERROR(load.block(l));
+  return std::move(w);
+}
+
+StatusOr<ModelWeights> load_layer_range(const GgufFile& file, const ModelConfig& c, Backend& backend,
+                                        int32_t first_layer, int32_t end_layer, const LoadProgress& progress) {
+  if (first_layer < 0 || first_layer >= end_layer || end_layer > c.n_layer) {
+    return invalid_argument(file.path() + ": cannot load blocks [" + std::to_string(first_layer) + ", " +
+                            std::to_string(end_layer) + ") of a model with " + std::to_string(c.n_layer) +
+                            "; the range must be non-empty and within it");
+  }
+  WeightLoader load(file, c, backend, progress);
+  for (int32_t l = first_layer; l < end_layer; ++l) load.n_total += load.n_block_tensors(l);
+  for (int32_t l = first_layer; l < end_layer; ++l) HELIOS_RETURN_IF_ERROR(load.block(l));
+  return std::move(load.w);
 }
 
 }  // namespace helios

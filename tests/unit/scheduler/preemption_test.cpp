@@ -204,5 +204,36 @@ TEST(SchedulerPreemption, SwapFallsBackToRecomputeWhenTheHostIsFull) {
   EXPECT_TRUE(out.swap_in.empty());
 }
 
+TEST(SchedulerPreemption, RecomputeAllSendsEverySequenceBackInArrivalOrderWithItsTokens) {
+  FullCache c(PreemptionMode::kSwap);
+  append_samples(c.scheduler, c.scheduler.schedule(), 101);  // 1, 2 run (10 tokens); 3 swapped (9)
+  c.scheduler.add(make_request(4, 1));
+  ASSERT_EQ(c.scheduler.n_swapped(), 1u);
+  const int64_t preemptions = c.scheduler.n_preemptions();
+
+  c.scheduler.recompute_all();
+  EXPECT_EQ(c.scheduler.n_running(), 0u);
+  EXPECT_EQ(c.scheduler.n_swapped(), 0u);
+  EXPECT_EQ(c.scheduler.n_waiting(), 4u);
+  EXPECT_EQ(c.kv.n_used_blocks(), 0) << "device and host blocks released";
+  EXPECT_EQ(c.scheduler.n_preemptions(), preemptions) << "not KV pressure";
+  EXPECT_EQ(c.scheduler.tokens(1)->size(), 10u);
+  EXPECT_EQ(c.scheduler.tokens(3)->size(), 9u);
+
+  // FCFS again: 1 and 2 fill the device as whole prefills; 3 waits, and 4 behind it.
+  SchedulerOutput out = c.scheduler.schedule();
+  ASSERT_EQ(ids_of(out), (std::vector<RequestId>{1, 2}));
+  EXPECT_EQ(out.seqs[0].start_pos, 0);
+  EXPECT_EQ(out.seqs[0].n_tokens, 10);
+  EXPECT_TRUE(out.seqs[0].samples);
+  EXPECT_TRUE(out.swap_in.empty());
+  append_samples(c.scheduler, out);
+  c.scheduler.abort(1);
+  c.scheduler.abort(2);
+  out = c.scheduler.schedule();
+  ASSERT_EQ(ids_of(out), (std::vector<RequestId>{3, 4}));
+  EXPECT_EQ(out.seqs[0].n_tokens, 9) << "3's prompt and its token, computed again";
+}
+
 }  // namespace
 }  // namespace helios
