@@ -51,6 +51,9 @@ struct ModelGroupConfig {
   // Weights + KV cache of the group; 0 = the largest candidate's weights + engine.kv_cache's share.
   int64_t memory_budget_bytes = 0;
   ConfidenceMeasure measure = ConfidenceMeasure::kTop1Prob;  // top1 | agreement
+  // Extending the served prefix in place: earlier tokens' K/V at the new layers filled from their
+  // exit states (cheap) or recomputed through them (exact).
+  bool extend_recompute = false;
   ManagerParams params;                 // slo, evaluation_requests, threshold, prefix_coverage, CBC, RI
 };
 

@@ -43,13 +43,13 @@ int cmd_score(int argc, char** argv) {
   } catch (const std::exception& e) {
     return fail("score", invalid_argument(args.str("report") + ": not JSON: " + e.what()));
   }
-  if (!report.contains("runs") || !report.contains("workload") || !report["workload"].contains("requests")) {
-    return fail("score", invalid_argument(args.str("report") + ": no runs / workload.requests (a helios-bench report?)"));
+  if (!report.contains("runs") || !report.contains("workload") || !report["workload"].is_array()) {
+    return fail("score", invalid_argument(args.str("report") + ": no runs / workload list (a helios-bench report?)"));
   }
   auto loaded = load_model(args);
   if (!loaded.ok()) return fail("score", loaded.status());
   Model& model = *loaded->model;
-  const auto& prompts = report["workload"]["requests"];
+  const auto& prompts = report["workload"];  // the requests, in index order
 
   // One cache for the longest prompt + output of the report.
   size_t max_len = 2;

@@ -28,7 +28,7 @@ Status read_group(const ConfigSource& source, const YAML::Node& node, size_t ind
       MapReader g, MapReader::open(source, node, node.Mark(), path,
                                    {"name", "candidates", "slo", "top_k", "memory_budget", "measure", "threshold",
                                     "evaluation_requests", "prefix_coverage", "cbc_window", "cbc_max",
-                                    "reassess_every"}));
+                                    "reassess_every", "extend_kv"}));
   if (!g.has("name")) return g.error("name", "missing; a group needs the name clients ask for");
   HELIOS_RETURN_IF_ERROR(g.read_string("name", &out->name));
   if (out->name.empty() || out->name.find(' ') != std::string::npos) {
@@ -81,6 +81,7 @@ Status read_group(const ConfigSource& source, const YAML::Node& node, size_t ind
     return g.error("cbc_max", "must be between 0 and cbc_window - 1 (" + std::to_string(out->params.cbc_window - 1) +
                                   "), got " + std::to_string(out->params.cbc_max));
   }
+  HELIOS_RETURN_IF_ERROR(g.read_choice<bool>("extend_kv", {{"fill", false}, {"recompute", true}}, &out->extend_recompute));
   HELIOS_RETURN_IF_ERROR(g.read_int("reassess_every", &out->params.reassess_every));
   if (out->params.reassess_every < 0) return g.error("reassess_every", "must be >= 0 requests (0: never)");
   return ok_status();

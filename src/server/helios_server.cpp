@@ -333,7 +333,7 @@ grpc::Status Service::Generate(ServerContext* ctx, const v1::GenerateRequest* re
     return to_grpc(stream.status());
   }
   const std::string model_name = route ? route->served->entry.name : m->entry.name;
-  const int32_t loaded_depth = m->model->n_layers_loaded();
+  int32_t loaded_depth = m->engine->status().loaded_layers;  // each token says its own (an extension)
   spdlog::debug("{}: queued on {} ({} layers)", id, model_name, loaded_depth);
   for (;;) {
     auto update = (*stream)->pop(std::chrono::milliseconds(20));
@@ -345,12 +345,13 @@ grpc::Status Service::Generate(ServerContext* ctx, const v1::GenerateRequest* re
     }
     if (!update) continue;
     if (route) target.group->on_update(*route, *update);
+    if (!update->tokens.empty()) loaded_depth = update->tokens.back().loaded_layers;
     const bool server_ended = update->finish == FinishReason::kAborted && !update->error.empty();
     v1::GenerateResponse response;
     to_response(*update, id, &response);
-    for (v1::GeneratedToken& t : *response.mutable_tokens()) {
-      t.set_model(model_name);
-      t.set_loaded_depth(loaded_depth);
+    for (int i = 0; i < response.tokens_size(); ++i) {
+      response.mutable_tokens(i)->set_model(model_name);
+      response.mutable_tokens(i)->set_loaded_depth(update->tokens[i].loaded_layers);
     }
     if (server_ended) response.set_finish_reason(v1::FINISH_REASON_UNSPECIFIED);
     if ((!server_ended || response.tokens_size() > 0) && !writer->Write(response)) {
@@ -424,11 +425,13 @@ void fill_model_info(const ServedModel& m, v1::ModelInfo* info) {
   info->set_n_kv_heads(c.n_head_kv);
   info->set_n_vocab(c.n_vocab);
   info->set_context_length(m.context_tokens);
-  info->set_n_parameters(m.model->weights().n_params);
-  info->set_loaded_layers(m.model->n_layers_loaded());
+  // Depth, exits and parameters from the engine's snapshot: a group's engine may be extended.
+  const EngineStatus st = m.engine->status();
+  info->set_n_parameters(st.n_params);
+  info->set_loaded_layers(st.loaded_layers);
   info->set_backend(m.model->backend().name());
   const EarlyExitConfig& ee = m.entry.early_exit;
-  for (int32_t layer : m.model->exit_layers()) info->add_exit_layers(layer);
+  for (int32_t layer : st.exit_layers) info->add_exit_layers(layer);
   to_exit_options(m.default_exit, info->mutable_default_exit());
   info->set_exit_heads_path(ee.heads_path);
   info->set_exit_override_allowed(ee.allow_request_override);
@@ -438,7 +441,7 @@ void fill_model_info(const ServedModel& m, v1::ModelInfo* info) {
 
 void fill_early_exit_stats(const ServedModel& m, const EngineStatus& e, v1::EarlyExitStats* out) {
   out->set_default_policy(exit_policy_name(m.default_exit.policy));
-  for (int32_t layer : m.model->exit_layers()) out->add_exit_layers(layer);
+  for (int32_t layer : e.exit_layers) out->add_exit_layers(layer);
   int64_t n_tokens = 0, layer_sum = 0;
   for (size_t layer = 0; layer < e.exit_layer_counts.size(); ++layer) {
     out->add_exit_layer_counts(e.exit_layer_counts[layer]);

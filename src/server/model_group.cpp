@@ -205,6 +205,62 @@ Status ModelGroup::load_target(const ServingTarget& target) {
   return ok_status();
 }
 
+void ModelGroup::extend_current_now(const ServingTarget& target) {
+  // Now rather than at the next request: the requests in flight, whose tokens breached, carry
+  // on at the new depth.
+  if (engines_.empty()) return;
+  GroupEngine& e = *engines_.front();
+  if (e.candidate != target.candidate || e.depth >= target.depth) return;
+  if (Status s = extend_in_place(e, target.depth); !s.ok()) {
+    spdlog::error("{}: cannot extend {} to {} layers: {}", config_.name, candidates_[e.candidate]->info.name,
+                  target.depth, s.message());
+  }
+}
+
+Status ModelGroup::extend_in_place(GroupEngine& e, int32_t depth) {
+  Candidate& c = *candidates_[e.candidate];
+  const int32_t n_layers = c.info.footprint.n_layers();
+  Model& model = *e.served->model;
+  const auto t0 = std::chrono::steady_clock::now();
+  LayerExtension ext;
+  HELIOS_ASSIGN_OR_RETURN(ext.extra, model.load_layers_range(depth));  // here, while the engine runs
+  for (int32_t x : c.info.exits) {
+    if (x < depth) ext.exit_layers.push_back(x);
+  }
+  ext.heads = c.heads ? &*c.heads : nullptr;
+  ext.kv = config_.extend_recompute ? ExtendKv::kRecompute : ExtendKv::kFillFromExitStates;
+  // The pool pays for the new weights: the budget less every other engine and this one's weights.
+  int64_t others = 0;
+  for (const auto& o : engines_) {
+    if (o.get() != &e) others += o->held_bytes();
+  }
+  const int64_t weights = e.weight_bytes + ext.extra.n_bytes;
+  const int64_t per_token = 2LL * depth * c.config.kv_dim() * kv_value_bytes(server_config_.engine);
+  ext.kv_bytes = std::max(config_.memory_budget_bytes - others - weights, per_token * kMinKvTokens);
+  HELIOS_RETURN_IF_ERROR(e.served->engine->extend_layers(std::move(ext)));
+  const EngineStatus st = e.served->engine->status();
+  const int32_t old_depth = e.depth;
+  e.depth = st.loaded_layers;
+  e.weight_bytes = weights;
+  auto kv_type = resolve_kv_type(server_config_.engine, *e.served->backend);
+  e.kv_bytes_per_block = KvCacheStorage::bytes_per_block(model.kv_config(), server_config_.engine.block_size,
+                                                         kv_type.ok() ? *kv_type : kernels::KvType::kF32);
+  e.kv_blocks = st.kv_blocks_total;
+  ExitRule& rule = e.served->default_exit;  // what new requests get (GroupRoute::exit, under mu_)
+  rule = ExitRule{};
+  if (e.depth < n_layers) {
+    rule.policy = ExitPolicy::kFixedDepth;
+    rule.depth = e.depth;
+  }
+  spdlog::info("{}: extended {} in place from {} to {}/{} layers in {:.2f} s ({} K/V): weights {}, KV {} blocks, "
+               "running requests recomputed", config_.name, c.info.name, old_depth, e.depth, n_layers,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+               config_.extend_recompute ? "recomputed" : "filled from exit states", mib(weights), e.kv_blocks);
+  metrics_.gauge("helios_loaded_layers", "Layers of each model resident (0: not loaded)", {{"model", c.info.name}})
+      ->set(e.depth);
+  return ok_status();
+}
+
 void ModelGroup::apply(const std::optional<Decision>& d) {
   if (!d) return;
   const CandidateModel& m = manager_->candidates()[d->target.candidate];
@@ -268,6 +324,17 @@ StatusOr<GroupRoute> ModelGroup::route() {
   auto found = std::find_if(engines_.begin(), engines_.end(), [&](const auto& e) {
     return e->candidate == target.candidate && e->depth == target.depth;
   });
+  // A deeper prefix of the model the current engine serves: that engine grows in place, its
+  // requests carrying on.
+  if (found == engines_.end() && !engines_.empty() && engines_.front()->candidate == target.candidate &&
+      engines_.front()->depth < target.depth) {
+    if (Status s = extend_in_place(*engines_.front(), target.depth); !s.ok()) {
+      spdlog::error("{}: cannot extend {} to {} layers: {}", config_.name, candidates_[target.candidate]->info.name,
+                    target.depth, s.message());
+    }
+    found = engines_.begin();
+    if (engines_.front()->depth != target.depth) found = engines_.end();  // it failed: load instead
+  }
   // Idle engines no longer chosen go first, so a new one gets their memory from the start.
   release_idle_engines(target);
   found = std::find_if(engines_.begin(), engines_.end(), [&](const auto& e) {
@@ -318,7 +385,9 @@ void ModelGroup::on_update(const GroupRoute& route, const GenerationUpdate& upda
     const float conf = confidence_of(route.target.candidate, route.target.depth, ev.confidence);
     const bool counted = !manager_->evaluating() && route.target == manager_->current() && route.target.depth < n_layers;
     if (counted && conf < config_.params.threshold) breaches_total_->inc();
-    apply(manager_->on_token(route.target, conf, batch));
+    const std::optional<Decision> d = manager_->on_token(route.target, conf, batch);
+    apply(d);
+    if (d && d->kind == DecisionKind::kExtend) extend_current_now(d->target);
   }
   if (update.finish != FinishReason::kNone) {
     rec.completion_tokens = update.completion_tokens;

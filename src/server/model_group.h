@@ -100,6 +100,9 @@ class ModelGroup {
   ModelGroup(ModelGroupConfig config, const HeliosConfig& server_config, MetricsRegistry& metrics,
              std::function<void(const std::string&)> on_fault, std::chrono::steady_clock::time_point started);
   Status load_target(const ServingTarget& target);  // under mu_
+  // Makes the engine serve `depth` layers of its model (Engine::extend_layers). Under mu_.
+  Status extend_in_place(GroupEngine& e, int32_t depth);
+  void extend_current_now(const ServingTarget& target);  // an extend decision's target, if current
   void apply(const std::optional<Decision>& d);      // under mu_
   // Releases engines other than the current one (and `keep`) that have no live request, and
   // grows the current pool by what they held. Under mu_.

@@ -24,7 +24,7 @@ check "generate runs" test $? -eq 0
 import json, re, sys
 work, prompt = sys.argv[1], sys.argv[2]
 ids = [int(m.group(1)) for m in re.finditer(r"^token \d+ id (\d+)", open(f"{work}/gen.err").read(), re.M)]
-report = {"workload": {"requests": [{"prompt": prompt, "prompt_len": 8}]},
+report = {"workload": [{"prompt": prompt, "prompt_len": 8}],
           "runs": [{"label": "greedy@inf", "requests": [{"index": 0, "ok": True, "token_ids": ids}]},
                    {"label": "reversed@inf", "requests": [{"index": 0, "ok": True, "token_ids": ids[::-1]}]},
                    {"label": "failed@inf", "requests": [{"index": 0, "ok": False, "token_ids": ids}]}]}

@@ -74,6 +74,10 @@ class GroupServer(unittest.TestCase):
         fields = {} if depth == N_LAYERS else {"exit": base.pb.ExitOptions(policy="fixed-depth", depth=depth)}
         return generate(self.stub, model="plain", text=prompt, ignore_eos=True, max_tokens=self.MAX_TOKENS, **fields).ids
 
+    def full_log(self):
+        with open(self.server.log_path) as f:
+            return f.read()
+
     def decisions(self):
         return [(d.decision, d.model, d.loaded_depth) for d in self.group().decisions]
 
@@ -187,7 +191,12 @@ class BreachTest(GroupServer):
              "evaluation_requests": 2, "cbc_window": 10, "cbc_max": 3, "reassess_every": 0}
 
     def test_breaches_beyond_cbc_max_extend_or_switch(self):
-        for prompt in PROMPTS[:4]:
+        self.replay_breaches(n_eval=4)
+
+    def replay_breaches(self, n_eval):
+        """Serves the stream one request at a time, replaying CBC from the tokens' confidences;
+        returns the decisions the replay expected (model, depth)."""
+        for prompt in PROMPTS[:n_eval]:
             self.ask(prompt)
         g = self.group()
         self.assertEqual(g.phase, "serving")
@@ -196,9 +205,14 @@ class BreachTest(GroupServer):
         for prompt in PROMPTS[4:24]:
             r = self.ask(prompt)
             served += 1
-            self.assertEqual({(t.model, t.loaded_depth) for t in r.tokens}, {current}, f"after {expected}")
-            self.assertEqual(r.ids, self.reference(prompt, current[1]), f"{current}: tokens as the plain model's")
+            start = current
+            by = [(t.model, t.loaded_depth) for t in r.tokens]
+            lead = next((i for i, x in enumerate(by) if x != start), len(by))
+            self.assertGreater(lead, 0, f"request {served} starts on {by[0]}, not on {start}")
+            # Until an extension in place takes effect, the tokens are the plain model's at that depth.
+            self.assertEqual(r.ids[:lead], self.reference(prompt, start[1])[:lead], f"{start}: as the plain model")
             if current[1] == N_LAYERS:
+                self.assertEqual(lead, len(by))
                 continue  # all layers: nothing to breach
             for t in r.tokens:
                 window = (window + [t.confidence < 0.5])[-10:]
@@ -215,12 +229,59 @@ class BreachTest(GroupServer):
                     current = (d.model, d.loaded_depth)
                     expected.append(current)
                     break  # the rest of this request's tokens belong to the old target
+            # A request in flight when its engine was extended carries on at the new depth.
+            rest = set(by[lead:])
+            self.assertTrue(rest <= {current} and (not rest or current[0] == start[0]),
+                            f"request {served}: {start} then {rest}; decisions {expected}")
         kinds = [d[0] for d in self.decisions()]
-        self.assertEqual(len(kinds) - 3, len(expected), f"decisions {self.decisions()} vs replay {expected}")
+        after_choice = kinds[kinds.index("choose") + 1:]
+        self.assertEqual(len(after_choice), len(expected), f"decisions {self.decisions()} vs replay {expected}")
         self.assertGreater(len(expected), 0, "this stream breaches at exit 3: some decision must come")
         status, _, text = self.server.metrics()
         breaches = metric_value(text, "helios_confidence_breaches_total", {"group": "stories"})
         self.assertGreater(breaches, 3)
+        return expected
+
+
+class ExtendInPlaceTest(BreachTest):
+    """One candidate: breaches can only extend, and the engine grows in place (no second engine)."""
+    REPOSITORY = [("deep", [3, 4])]
+    GROUP = dict(BreachTest.GROUP, extend_kv="recompute")
+
+    def test_breaches_beyond_cbc_max_extend_or_switch(self):
+        expected = self.replay_breaches(n_eval=2)
+        self.assertTrue(all(model == "deep" for model, _ in expected), expected)
+        g = self.group()
+        self.assertEqual(len(g.engines), 1, "extended in place, not loaded again")
+        self.assertEqual(g.engines[0].loaded_depth, expected[-1][1])
+        self.assertIn("extended deep in place", self.full_log())
+        status, _, text = self.server.metrics()
+        self.assertEqual(metric_value(text, "helios_loaded_layers", {"model": "deep"}), expected[-1][1])
+        self.assertEqual(metric_value(text, "helios_manager_decisions_total", {"group": "stories", "decision": "extend"}),
+                         len(expected))
+
+
+
+class ExtendInFlightTest(GroupServer):
+    """Concurrent requests while breaches extend the engine under them: none is lost or cut, and
+    those in flight carry on at the new depth."""
+    REPOSITORY = ExtendInPlaceTest.REPOSITORY
+    GROUP = ExtendInPlaceTest.GROUP
+
+    def test_requests_in_flight_through_an_extension_finish_whole(self):
+        for prompt in PROMPTS[:2]:
+            self.ask(prompt)
+        self.assertEqual(self.group().phase, "serving")
+        results = base.run_concurrently([lambda p=p: self.ask(p) for p in PROMPTS[2:18]])
+        for r in results:
+            self.assertNotIsInstance(r, Exception, str(r))
+            self.assertEqual(len(r.ids), self.MAX_TOKENS)
+            self.assertTrue(all(t.exit_layer == t.loaded_depth for t in r.tokens), "fixed-depth at the loaded depth")
+            depths = [t.loaded_depth for t in r.tokens]
+            self.assertEqual(depths, sorted(depths), "a request's depth only grows")
+        self.assertIn("extend", [d[0] for d in self.decisions()], "this stream breaches at exit 3")
+        self.assertIn("extended deep in place", self.full_log())
+        self.server.wait_idle(timeout=5)
 
 
 class ReassessTest(GroupServer):
