@@ -14,7 +14,7 @@
 #   4. sweeps of the manager's RI and threshold (SWEEPS=1; minutes each).
 # bench/manager/manager_report.py writes bench/results/manager_<time>.{md,json} and the plots.
 # Usage: bench/manager/run_manager_bench.sh [--quick]
-#   env: NUM_PROMPTS (45), OUTPUT_LEN (32), HEADS_KIND (distilled: models/*.exits-KIND-4096.gguf, from
+#   env: NUM_PROMPTS (45), OUTPUT_LEN (32), HEADS_KIND (distilled: the newest models/*.exits-KIND-*.gguf, from
 #        bench/early_exit/; none = logit lens), BUDGET (3GiB), RI (30), THRESHOLD (0.8), SWEEPS (0),
 #        HELIOS_BIN (prebuilt helios and heliosd; else build/), KEEP_WORK (1: keep the configs, reports and logs)
 set -euo pipefail
@@ -48,9 +48,11 @@ if [ -z "${HELIOS_BIN:-}" ]; then
   cmake --build build -j"$(nproc)" --target helios heliosd > /dev/null
 fi
 
-heads_line() {  # the heads file of a model, when the kind asked for exists
-  local h="${1%.gguf}.exits-$HEADS_KIND-4096.gguf"
-  if [ "$HEADS_KIND" != none ] && [ -f "$h" ]; then echo "heads: $h"; fi
+heads_line() {  # the newest heads file of that kind next to the model, if any
+  [ "$HEADS_KIND" != none ] || return 0
+  local h
+  h=$(ls -t "${1%.gguf}".exits-"$HEADS_KIND"-*.gguf 2> /dev/null | head -1)
+  if [ -n "$h" ]; then echo "heads: $h"; fi
 }
 measure() { [ -n "$(heads_line "$1")" ] && echo agreement || echo top1; }
 SMALL_HEADS=$(heads_line "$SMALL"); BIG_HEADS=$(heads_line "$BIG")
