@@ -129,6 +129,14 @@ bench() {  # name concurrency configs...
     --output-len "$OUTPUT_LEN" --max-concurrency "$conc" --seed 0 --result-dir "$WORK" --result-name "$name" \
     --keep-server-logs --no-plots
 }
+if [ "$SWEEPS" = only ]; then  # just the manager's RI and threshold sweeps, at concurrency 4
+  for ri in 10 20 40; do group "$THRESHOLD" "$ri" > "$WORK/manager-ri$ri.yaml"; done
+  for t in 0.5 0.6 0.9; do group "$t" "$RI" > "$WORK/manager-t$t.yaml"; done
+  bench sweep 4 manager-ri10 manager-ri20 manager-ri40 manager-t0.5 manager-t0.6 manager-t0.9
+  /usr/bin/python3 bench/manager/sweep_report.py --sweep "$WORK/sweep.json" --logs "$WORK" \
+    --command "SWEEPS=only bench/manager/run_manager_bench.sh $ARGS" --out "$OUT/manager_sweep_$STAMP"
+  exit 0
+fi
 POINTS="full-0.5b full-1.5b ee-0.5b ee-1.5b manager full-0.5b-repeat"
 bench batch1 1 $POINTS
 bench load4 4 $POINTS
