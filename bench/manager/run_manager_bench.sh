@@ -130,9 +130,12 @@ bench() {  # name concurrency configs...
     --keep-server-logs --no-plots
 }
 if [ "$SWEEPS" = only ]; then  # just the manager's RI and threshold sweeps, at concurrency 4
-  for ri in 10 20 40; do group "$THRESHOLD" "$ri" > "$WORK/manager-ri$ri.yaml"; done
-  for t in 0.5 0.6 0.9; do group "$t" "$RI" > "$WORK/manager-t$t.yaml"; done
-  bench sweep 4 manager-ri10 manager-ri20 manager-ri40 manager-t0.5 manager-t0.6 manager-t0.9
+  for ri in ${SWEEP_RI:-10 20 40}; do group "$THRESHOLD" "$ri" > "$WORK/manager-ri$ri.yaml"; done
+  for t in ${SWEEP_THRESHOLDS:-0.5 0.6 0.9}; do group "$t" "$RI" > "$WORK/manager-t$t.yaml"; done
+  points=()
+  for ri in ${SWEEP_RI:-10 20 40}; do points+=("manager-ri$ri"); done
+  for t in ${SWEEP_THRESHOLDS:-0.5 0.6 0.9}; do points+=("manager-t$t"); done
+  bench sweep 4 "${points[@]}"
   /usr/bin/python3 bench/manager/sweep_report.py --sweep "$WORK/sweep.json" --logs "$WORK" \
     --command "SWEEPS=only bench/manager/run_manager_bench.sh $ARGS" --out "$OUT/manager_sweep_$STAMP"
   exit 0
