@@ -19,6 +19,8 @@
 #include "unit/engine/engine_test_util.h"
 #include "unit/model_setup/limited_backend.h"
 
+#include "unit/model/six_layer_model.h"
+
 namespace helios {
 namespace {
 
@@ -27,7 +29,7 @@ using testing::kStoryPrompts;
 using testing::Outcome;
 using Clock = std::chrono::steady_clock;
 
-constexpr int32_t kLayers = 6;
+constexpr int32_t kLayers = testing::kSixLayers;
 constexpr int32_t kLoaded = 3;
 constexpr int32_t kBlocks = 64;     // at 3 layers
 constexpr int32_t kMaxTokens = 24;  // per request
@@ -36,19 +38,7 @@ const std::vector<int32_t> kExitsAt3 = {2};
 const std::vector<int32_t> kExitsAt6 = {2, 3, 4};
 
 std::string six_layer_model() {
-  static const std::string path = [] {
-    SyntheticModelSpec s;
-    s.n_layer = kLayers;
-    s.n_embd = 64;
-    s.n_head = 4;
-    s.n_head_kv = 2;
-    s.n_ff = 96;
-    s.n_vocab = 300;
-    s.seed = 7;
-    const std::string p = testing::temp_dir() + "/six_layers_engine.gguf";
-    EXPECT_TRUE(make_synthetic_model(s, p).ok());
-    return p;
-  }();
+  static const std::string path = testing::write_six_layer_model(7, "six_layers_engine.gguf");
   return path;
 }
 

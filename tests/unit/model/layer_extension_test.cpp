@@ -7,26 +7,15 @@
 #include "helios/model.h"
 #include "helios/model_tools.h"
 #include "test_paths.h"
+#include "unit/model/six_layer_model.h"
 
 namespace helios {
 namespace {
 
-constexpr int32_t kLayers = 6;
+constexpr int32_t kLayers = testing::kSixLayers;
 
 std::string six_layer_model() {
-  static const std::string path = [] {
-    SyntheticModelSpec s;
-    s.n_layer = kLayers;
-    s.n_embd = 64;
-    s.n_head = 4;
-    s.n_head_kv = 2;
-    s.n_ff = 96;
-    s.n_vocab = 300;
-    s.seed = 11;
-    const std::string p = testing::temp_dir() + "/six_layers_to_extend.gguf";
-    EXPECT_TRUE(make_synthetic_model(s, p).ok());
-    return p;
-  }();
+  static const std::string path = testing::write_six_layer_model(11, "six_layers_to_extend.gguf");
   return path;
 }
 
