@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "helios/early_exit.h"
+#include "helios/intercept.h"
 #include "helios/model_manager.h"
 #include "helios/status.h"
 #include "kernels/kernels.h"
@@ -100,6 +101,7 @@ struct HeliosConfig {
   EngineConfig engine;
   LimitsConfig limits;
   LoggingConfig logging;
+  InterceptConfig intercepts;
 };
 
 // Parses and validates. Errors read "FILE:LINE:COLUMN: KEY: what is wrong; what would be valid",

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -20,6 +21,7 @@
 
 #include "helios/config.h"
 #include "helios/early_exit.h"
+#include "helios/intercept.h"
 #include "helios/metrics.h"
 #include "helios/model.h"
 #include "helios/output.h"
@@ -28,7 +30,13 @@
 
 namespace helios {
 
-// A validated, tokenized request.
+// A request's intercepts: what pauses it, how its KV is held while paused (see helios/intercept.h).
+struct InterceptOptions {
+  InterceptTriggers triggers;        // none: the request never pauses
+  std::optional<HoldPolicy> hold;    // unset: EngineOptions::intercepts.default_hold
+  std::string kind;                  // the pause-length prior's name; "" or unknown: t_now − t_call
+};
+
 // A validated, tokenized request: its prompt and exit rule, and the output path's options
 // (sampling, max_tokens, stop strings and tokens, logprobs).
 struct GenerationRequest : OutputOptions {
@@ -38,17 +46,21 @@ struct GenerationRequest : OutputOptions {
   // Per generated token, the exit heads' top-1 and its probability at every exit point below the
   // loaded depth (TokenEvent::observed), without changing the output.
   bool observe_exits = false;
+  // max_tokens bounds each segment: from the start, or from a resume, to the next pause or end.
+  InterceptOptions intercept;
 };
 
 struct GenerationUpdate {
   std::vector<TokenEvent> tokens;
   FinishReason finish = FinishReason::kNone;  // set on the last update
+  // The generation paused on this update's last token: Engine::resume() or end_paused() it.
+  std::optional<InterceptEvent> intercept;
   std::string error;                   // set when the server ended the request (shutdown, internal
                                        // error); empty when the client aborted or cancelled it
   StatusCode error_code = StatusCode::kUnavailable;  // with `error`: UNAVAILABLE (shutdown),
                                        // RESOURCE_EXHAUSTED (it can never fit), INTERNAL (device)
-  int32_t prompt_tokens = 0;
-  int32_t completion_tokens = 0;
+  int32_t prompt_tokens = 0;          // every token given: the prompt and every resume's
+  int32_t completion_tokens = 0;      // every token generated, over all segments
   double queue_seconds = 0;
   double ttft_seconds = 0;
   double total_seconds = 0;
@@ -65,6 +77,22 @@ class RequestStream {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<GenerationUpdate> updates_;
+};
+
+// Intercepts of one engine since it started.
+struct InterceptStats {
+  HoldPolicy default_hold = HoldPolicy::kMinWaste;
+  int32_t paused = 0;                      // paused now
+  int64_t paused_kv_bytes = 0;             // their KV in device blocks
+  int64_t swapped_kv_bytes = 0;            // their KV in host blocks
+  int64_t intercepts_total = 0;
+  std::map<std::pair<std::string, std::string>, int64_t> decisions;  // (policy, decision) → count
+  double waste_preserve = 0, waste_recompute = 0, waste_swap = 0;   // byte·seconds
+  double kv_byte_seconds = 0;              // the pool's bytes × time served
+  double forward_seconds = 0, recompute_seconds = 0;
+  int32_t saturation_tokens = 0;           // S
+  double copy_bytes_per_second = 0;
+  std::vector<std::pair<int32_t, double>> forward_profile;
 };
 
 struct EngineStatus {
@@ -84,6 +112,7 @@ struct EngineStatus {
   int64_t kv_fill_layers_total = 0;        // layers whose K/V was filled from an exit state
   int64_t draft_tokens_total = 0;          // self-speculative: tokens drafted
   int64_t draft_tokens_accepted = 0;       // self-speculative: drafts the full model confirmed
+  InterceptStats intercepts;
 };
 
 // How the tokens computed before Engine::extend_layers get their K/V at the new layers.
@@ -115,6 +144,7 @@ struct EngineOptions {
   int32_t n_swap_blocks = 0;           // host blocks for swapped-out KV
   int32_t queue_limit = 256;           // requests not yet finished, at most
   SchedulerLimits scheduler;
+  InterceptConfig intercepts;
   // Called once, from the loop thread, when a backend error faults the engine (the server turns
   // its health NOT_SERVING). May be empty.
   std::function<void(const std::string& error)> on_fault;
@@ -136,6 +166,14 @@ class Engine {
   // is the one ending it. False if unknown. Its KV blocks are freed by the next step.
   bool abort(const std::string& client_id, const std::string& server_reason = "");
   void abort_all(const std::string& reason);
+  // Resumes a paused generation: `appended` (a tool's result, the next human turn, as tokens)
+  // joins its context after the trigger, and it generates up to max_tokens more. NOT_FOUND for
+  // an unknown id, FAILED_PRECONDITION when it is not paused, INVALID_ARGUMENT for no tokens or a
+  // token outside the vocabulary or max_tokens < 1.
+  Status resume(const std::string& client_id, std::vector<TokenId> appended, int32_t max_tokens);
+  // Ends a paused generation as finished: its stream gets the final update (finish STOP). The
+  // same errors as resume() for the id.
+  Status end_paused(const std::string& client_id);
   // Grows the device KV pool to n_blocks in all (memory another model gave back). The loop thread
   // applies it between steps, idle or not, so running sequences keep their blocks and data;
   // status().kv_blocks_total shows the new total once it has. An allocation that fails there is

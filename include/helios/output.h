@@ -48,8 +48,14 @@ class RequestOutput {
   TokenEvent take(const float* raw_logits, int32_t n_vocab, const std::vector<TokenId>& history,
                   int32_t exit_layer, float confidence);
   FinishReason finish() const { return finish_; }
-  int32_t n_generated() const { return n_generated_; }
-  int32_t remaining() const { return options_.max_tokens - n_generated_; }
+  int32_t n_generated() const { return n_generated_; }  // over every segment
+  int32_t remaining() const { return options_.max_tokens - (n_generated_ - segment_start_); }
+  // Intercepts. pause(): the generation pauses on the last token instead of ending there: its
+  // finish (end of turn, length) is undone, and the text still held back is returned, since the
+  // client answers from it (should that text complete a stop string, finish() is kStop and the
+  // generation ends after all). start_segment(): after a resume, up to max_tokens more.
+  std::string pause();
+  void start_segment(int32_t max_tokens);
   const OutputOptions& options() const { return options_; }
 
  private:
@@ -60,6 +66,7 @@ class RequestOutput {
   StopMatcher stops_;
   std::vector<float> scratch_;  // the sampler rewrites a copy of the logits
   int32_t n_generated_ = 0;
+  int32_t segment_start_ = 0;  // n_generated_ when the segment began
   FinishReason finish_ = FinishReason::kNone;
 };
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "helios/config.h"
+#include "helios/intercept.h"
 #include "helios/tokenizer.h"
 
 namespace helios {
@@ -34,6 +35,7 @@ class KvManager {
   virtual ~KvManager() = default;
   virtual int32_t block_size() const = 0;
   virtual int32_t n_free_blocks() const = 0;   // device blocks; may change between steps
+  virtual int32_t n_blocks() const = 0;        // device blocks in all
   // Grows the request's device blocks to hold n_tokens; false and no change when too few are free.
   virtual bool reserve(RequestId id, int32_t n_tokens) = 0;
   // Frees every block of the request (device and host).
@@ -43,6 +45,19 @@ class KvManager {
   // before the step runs.
   virtual bool swap_out(RequestId id, std::vector<BlockCopy>* copies) = 0;
   virtual bool swap_in(RequestId id, std::vector<BlockCopy>* copies) = 0;
+
+  // Intercepts: a paused request's KV moves to host and back a few blocks per step, the copies
+  // running beside the step. In position order a request's blocks are its device blocks, then its
+  // host blocks. swap_out_blocks moves up to n of its last device blocks to host, swap_in_blocks
+  // up to n of its first host blocks to the device; each returns how many moved (fewer when the
+  // other side has too few free blocks). The blocks they give up are not free again until
+  // finish_async_copies(), called once the step's copies are done.
+  virtual int32_t swap_out_blocks(RequestId id, int32_t n, std::vector<BlockCopy>* copies) = 0;
+  virtual int32_t swap_in_blocks(RequestId id, int32_t n, std::vector<BlockCopy>* copies) = 0;
+  virtual void finish_async_copies() = 0;
+  virtual int32_t n_device_blocks(RequestId id) const = 0;
+  virtual int32_t n_host_blocks(RequestId id) const = 0;
+  virtual int32_t n_free_host_blocks() const = 0;
 };
 
 struct SchedulerLimits {
@@ -76,6 +91,25 @@ struct RefusedRequest {
   std::string reason;
 };
 
+// What a step may spend on intercepted requests (the engine's min-waste planning).
+struct StepBudgets {
+  // Host blocks of resumed requests that may come back to the device this step (their copies
+  // run beside the step); the request runs once all of its blocks are back.
+  int32_t swap_in_blocks = 1 << 30;
+  // The paper's saturation point S: a discarded context is recomputed in chunks of S minus the
+  // step's decodes (at least one block), mixed with them. 0: in one go, within the token budget.
+  int32_t saturation_tokens = 0;
+};
+
+// A paused request, for the engine's min-waste planning.
+struct PausedSequence {
+  RequestId id = 0;
+  HoldPolicy hold = HoldPolicy::kPreserve;
+  int32_t device_blocks = 0;
+  int32_t host_blocks = 0;
+  int32_t context_tokens = 0;  // its tokens (the trigger's included)
+};
+
 struct SchedulerOutput {
   // Running decodes first, then running prefill chunks, then sequences swapped back in, then
   // newly admitted ones; arrival order within each group.
@@ -84,11 +118,18 @@ struct SchedulerOutput {
   std::vector<BlockCopy> swap_in;           // host → device, before the step
   std::vector<RequestId> preempted;         // lost their KV (recompute) or were swapped out
   std::vector<RefusedRequest> refused;      // can never fit; forgotten
+  // Copies that run beside the step (resumed requests' blocks coming back); done before the next
+  // schedule(), then KvManager::finish_async_copies().
+  std::vector<BlockCopy> async_swap_in;
+  // Paused requests whose KV was dropped because running work needed the memory (any policy).
+  std::vector<RequestId> evicted;
+  // Tokens of this step that recompute a context an intercept discarded.
+  int32_t n_recompute_tokens = 0;
   int32_t n_batched_tokens = 0;             // chunk tokens and lookahead, all sequences
   bool empty() const { return seqs.empty(); }
 };
 
-enum class SequenceStatus { kWaiting, kRunning, kSwapped };
+enum class SequenceStatus { kWaiting, kRunning, kSwapped, kPaused };
 
 // One step, in order (see src/scheduler/):
 //  1. Running sequences: decodes first (one pending token each), then prefill chunks (a prompt,
@@ -136,7 +177,32 @@ class Scheduler {
   // not counted in n_preemptions(), which counts KV pressure.
   void recompute_all();
   // Plans one step.
-  SchedulerOutput schedule();
+  SchedulerOutput schedule(const StepBudgets& budgets = {});
+
+  // ---- Intercepts (helios/intercept.h)
+  // After its step, a running sequence whose last token (pending) paused it leaves the batch;
+  // its KV is held by `hold`: discard and improved-discard release it now, preserve and
+  // min-waste keep it (min-waste then decides per step, by the calls below), swap moves every
+  // block to host now (`swap_out` gets the copies, to do before the next step; with too little
+  // host room it is preserved). A paused sequence never runs and is never a preemption victim;
+  // when running work cannot fit otherwise, the latest-arrived paused sequence holding device
+  // blocks loses its KV (SchedulerOutput::evicted).
+  void pause(RequestId id, HoldPolicy hold, std::vector<BlockCopy>* swap_out);
+  // The paused sequence goes on: `appended` joins its tokens after the trigger, and it may
+  // generate up to max_new_tokens more (bounds its lookahead). Where its KV is
+  // decides its queue: all on the device → running; some on host → swapped (arrival order; it
+  // runs once the rest is back); none → waiting, as a new arrival at the tail for discard, at
+  // its original arrival for the others. False if id is not paused.
+  bool resume(RequestId id, const std::vector<TokenId>& appended, int32_t max_new_tokens);
+  std::vector<PausedSequence> paused() const;
+  // Min-waste's decisions for one paused sequence: drop its KV (device and host; it recomputes on
+  // resume), or move up to n_blocks of its device blocks to host beside the next step (returns
+  // how many; the copies go to `copies`).
+  void discard_paused(RequestId id);
+  int32_t swap_out_paused(RequestId id, int32_t n_blocks, std::vector<BlockCopy>* copies);
+  // Tokens of running sequences' KV (C_other of the waste equations).
+  int64_t running_context_tokens() const;
+  size_t n_paused() const;
   // After the step: each sampled token joins its sequence (and counts as generated).
   void append_token(RequestId id, TokenId token);
   // After a self-speculative step that computed the scheduled token and the first
@@ -148,7 +214,8 @@ class Scheduler {
   size_t n_running() const;
   size_t n_swapped() const;
   int64_t n_preemptions() const { return n_preemptions_; }
-  bool has_work() const { return !sequences_.empty(); }
+  // Something to run: waiting, running or swapped sequences (paused ones wait for their client).
+  bool has_work() const { return !waiting_.empty() || !running_.empty() || !swapped_.empty(); }
   // Tokens so far (prompt + generated) of a live request; nullptr if unknown.
   const std::vector<TokenId>* tokens(RequestId id) const;
   int32_t n_generated(RequestId id) const;  // 0 if unknown
@@ -163,6 +230,15 @@ class Scheduler {
   void schedule_running(StepPlan& plan, bool decodes);
   void schedule_swapped(StepPlan& plan);
   void admit_waiting(StepPlan& plan);
+  // The tokens seq may compute this step: its pending ones, within the budget, and within the
+  // recompute chunk while it recomputes a discarded context.
+  int32_t chunk_tokens(const Sequence& seq, const StepPlan& plan) const;
+  // Drops the KV of the latest-arrived paused sequence that holds device blocks; false if none.
+  bool evict_paused(StepPlan& plan);
+  // Device blocks are held by someone other than seq and the running sequences: resumed ones
+  // coming back from host, or blocks this step's copies still use. They free up by themselves,
+  // so a sequence that does not fit beside them waits rather than being refused.
+  bool others_hold_blocks(const Sequence& seq) const;
   void grant_lookahead(StepPlan& plan);
   void refuse(Sequence& seq, int32_t n_tokens, StepPlan& plan);
   // Adds seq's chunk of n_tokens to the plan.
@@ -181,6 +257,7 @@ class Scheduler {
   std::deque<RequestId> waiting_;   // arrival order; preempted sequences go back in order
   std::vector<RequestId> running_;  // arrival order
   std::deque<RequestId> swapped_;   // arrival order
+  std::vector<RequestId> paused_;   // arrival order
 };
 
 }  // namespace helios

@@ -36,7 +36,7 @@ StatusOr<HeliosConfig> read_root(const ConfigSource& source, const YAML::Node& r
   HELIOS_ASSIGN_OR_RETURN(
       MapReader top, MapReader::open(source, root, file_start, "",
                                      {"server", "models", "model_repository", "groups", "engine", "limits",
-                                      "logging"}));
+                                      "logging", "intercepts"}));
   if (!top.has("models") && !top.has("groups")) {
     return config_error(source, file_start, "models",
                         "missing; a config needs at least one model, " +
@@ -71,6 +71,8 @@ StatusOr<HeliosConfig> read_root(const ConfigSource& source, const YAML::Node& r
                                                            top.mark_of("limits"), &config.limits));
   HELIOS_RETURN_IF_ERROR(config_detail::read_logging_config(
       source, section("logging"), top.mark_of("logging"), &config.logging));
+  HELIOS_RETURN_IF_ERROR(config_detail::read_intercepts_config(
+      source, section("intercepts"), top.mark_of("intercepts"), &config.intercepts));
   return config;
 }
 

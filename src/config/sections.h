@@ -1,5 +1,6 @@
 // One reader per config section, each with its own validation (server_config.cpp,
-// models_config.cpp, early_exit_config.cpp, engine_config.cpp, limits_config.cpp, logging_config.cpp).
+// models_config.cpp, early_exit_config.cpp, engine_config.cpp, limits_config.cpp, logging_config.cpp,
+// intercepts_config.cpp).
 // config_loader.cpp parses the YAML and hands each section its node.
 #pragma once
 
@@ -25,6 +26,8 @@ Status read_limits_config(const ConfigSource& source, const YAML::Node& node,
                           const YAML::Mark& where, LimitsConfig* out);
 Status read_logging_config(const ConfigSource& source, const YAML::Node& node,
                            const YAML::Mark& where, LoggingConfig* out);
+Status read_intercepts_config(const ConfigSource& source, const YAML::Node& node,
+                              const YAML::Mark& where, InterceptConfig* out);
 
 // One entry of models[] (`telemetry` null) or model_repository[] (with its telemetry map).
 Status read_model_entry(const ConfigSource& source, const YAML::Node& node, const std::string& path,

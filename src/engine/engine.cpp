@@ -28,6 +28,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::start(Model& model, const EngineOption
   impl->snapshot.n_params = model.weights().n_params;
   impl->exit_layer_counts.assign(model.n_layers_loaded() + 1, 0);
   impl->snapshot.exit_layer_counts = impl->exit_layer_counts;
+  // Before the loop starts, so that the first requests see a measured profile: the copy
+  // bandwidth always, the forward time by batch tokens when configured.
+  impl->profile_for_intercepts();
+  impl->publish_queues();
   impl->thread = std::thread([impl] { impl->run(); });
   return engine;
 }
@@ -90,6 +94,41 @@ void Engine::abort_all(const std::string& reason) {
   impl_->cv.notify_all();
 }
 
+Status Engine::resume(const std::string& client_id, std::vector<TokenId> appended, int32_t max_tokens) {
+  if (appended.empty()) return invalid_argument("a resume needs at least one token to append");
+  if (max_tokens < 1) return invalid_argument("max_tokens must be at least 1, got " + std::to_string(max_tokens));
+  const int32_t n_vocab = model_.config().n_vocab;
+  for (size_t i = 0; i < appended.size(); ++i) {
+    if (appended[i] < 0 || appended[i] >= n_vocab) {
+      return invalid_argument("token " + std::to_string(appended[i]) + " (index " + std::to_string(i) +
+                              ") is outside the vocabulary of " + std::to_string(n_vocab));
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (!impl_->client_ids.count(client_id)) return not_found("no live request '" + client_id + "'");
+    if (!impl_->paused_clients.erase(client_id)) {
+      return failed_precondition("request '" + client_id + "' is not paused: resume answers an intercept");
+    }
+    impl_->resumes.push_back({client_id, std::move(appended), max_tokens, false});
+  }
+  impl_->cv.notify_all();
+  return ok_status();
+}
+
+Status Engine::end_paused(const std::string& client_id) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (!impl_->client_ids.count(client_id)) return not_found("no live request '" + client_id + "'");
+    if (!impl_->paused_clients.erase(client_id)) {
+      return failed_precondition("request '" + client_id + "' is not paused");
+    }
+    impl_->resumes.push_back({client_id, {}, 0, true});
+  }
+  impl_->cv.notify_all();
+  return ok_status();
+}
+
 Status Engine::grow_kv(int32_t n_blocks) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -130,13 +169,15 @@ void Engine::Impl::run() {
     {
       std::unique_lock<std::mutex> lock(mu);
       cv.wait(lock, [&] {
-        return stopping || !incoming.empty() || !aborts.empty() || pending_kv_blocks > 0 || pending_extension ||
-               scheduler.has_work();
+        return stopping || !incoming.empty() || !aborts.empty() || !resumes.empty() || pending_kv_blocks > 0 ||
+               pending_extension || scheduler.has_work();
       });
       if (stopping) break;
     }
+    account_paused(Clock::now());  // before anything changes what paused requests hold
     apply_kv_growth();  // first, so this step's admissions already see the larger pool
     admit_and_abort();
+    apply_resumes();
     apply_layer_extension();  // after admission: the requests it holds follow the new depth
     if (scheduler.has_work()) {
       step();
@@ -146,6 +187,7 @@ void Engine::Impl::run() {
   }
   // Shutdown: every live request ends with an explicit reason, and an extension still waiting
   // hears it was not applied.
+  finish_async_copies();
   end_all(stop_reason, StatusCode::kUnavailable);
   std::unique_ptr<PendingExtension> unapplied;
   {
@@ -224,12 +266,20 @@ void Engine::Impl::apply_kv_growth() {
 
 void Engine::Impl::step() {
   const auto t0 = Clock::now();
-  const SchedulerOutput out = scheduler.schedule();
+  std::vector<BlockCopy> paused_out;
+  const StepBudgets budgets = plan_paused(&paused_out);
+  const SchedulerOutput out = scheduler.schedule(budgets);
   for (const RefusedRequest& refused : out.refused) {
     end_request(refused.id, live[refused.id]->aborted(refused.reason, StatusCode::kResourceExhausted));
   }
+  for (RequestId id : out.evicted) live[id]->evicted = true;
   copy_swaps(out);
-  if (out.empty()) return;
+  // Paused KV leaving and resumed KV coming back, beside this step's forward pass.
+  start_async_copies(std::move(paused_out), out.async_swap_in);
+  if (out.empty()) {
+    finish_async_copies();
+    return;
+  }
 
   // The blocks this plan holds are visible before any of its tokens reaches a client.
   publish_queues();
@@ -247,23 +297,33 @@ void Engine::Impl::step() {
       batched.push_back(i);
     }
   }
-  if (!batched.empty() && !run_batch(out, batched)) return;
+  const auto t_forward = Clock::now();
+  bool ok = batched.empty() || run_batch(out, batched);
   for (const auto& [draft_layer, members] : speculative) {
-    if (!run_speculative(out, draft_layer, members)) return;
+    if (ok) ok = run_speculative(out, draft_layer, members);
   }
+  const double forward_seconds = std::max(1e-9, std::chrono::duration<double>(Clock::now() - t_forward).count());
+  finish_async_copies();
+  if (!ok) return;
+  account_step(out, forward_seconds);
   publish_step(out, std::max(1e-9, std::chrono::duration<double>(Clock::now() - t0).count()));
 }
 
 void Engine::Impl::copy_swaps(const SchedulerOutput& out) {
+  if (out.swap_out.empty() && out.swap_in.empty()) return;
+  const auto t0 = Clock::now();
   const int64_t n = kv.words_per_block();
   for (const BlockCopy& c : out.swap_out) kv.read_block(c.from_block, swap_space.data() + c.to_block * n);
   for (const BlockCopy& c : out.swap_in) kv.write_block(c.to_block, swap_space.data() + c.from_block * n);
+  // Every running request waits for these copies: the swap stall of the paper's equation 3.
+  intercept_stats.waste_swap += std::chrono::duration<double>(Clock::now() - t0).count() * running_kv_bytes();
 }
 
 void Engine::Impl::end_request(RequestId id, GenerationUpdate final_update) {
   auto it = live.find(id);
   if (it == live.end()) return;
   LiveRequest& r = *it->second;
+  if (r.paused) count_hold(r, id);  // before its blocks go: they say how it was held
   scheduler.abort(id);  // releases its blocks; a no-op when the scheduler already forgot it
   if (metrics) {
     metrics->finished(*registry, finish_reason_name(final_update.finish))->inc();
@@ -279,6 +339,7 @@ void Engine::Impl::end_request(RequestId id, GenerationUpdate final_update) {
   {
     std::lock_guard<std::mutex> lock(mu);
     client_ids.erase(r.request.client_id);
+    paused_clients.erase(r.request.client_id);
   }
   // Published before the client hears of the end, so a status read after it shows this request
   // counted and its blocks free.
@@ -301,6 +362,26 @@ void Engine::Impl::fault(const Status& error) {
 }
 
 void Engine::Impl::publish_queues() {
+  int64_t paused_device = 0, paused_host = 0;
+  for (const PausedSequence& p : scheduler.paused()) {
+    paused_device += p.device_blocks;
+    paused_host += p.host_blocks;
+  }
+  intercept_stats.paused = static_cast<int32_t>(scheduler.n_paused());
+  intercept_stats.paused_kv_bytes = paused_device * block_bytes();
+  intercept_stats.swapped_kv_bytes = paused_host * block_bytes();
+  intercept_stats.saturation_tokens = waste.forward.points().empty() ? 0 : waste.forward.saturation_tokens();
+  intercept_stats.forward_profile = waste.forward.points();
+  if (metrics) {
+    metrics->paused->set(static_cast<double>(intercept_stats.paused));
+    metrics->paused_kv_bytes->set(static_cast<double>(intercept_stats.paused_kv_bytes));
+    const double totals[] = {intercept_stats.waste_preserve, intercept_stats.waste_recompute, intercept_stats.waste_swap};
+    const char* causes[] = {"preserve", "recompute", "swap"};
+    for (int i = 0; i < 3; ++i) {
+      if (totals[i] > published_waste[i]) metrics->waste(*registry, causes[i])->inc(totals[i] - published_waste[i]);
+      published_waste[i] = totals[i];
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(mu);
     snapshot.waiting = static_cast<int32_t>(scheduler.n_waiting());
@@ -315,6 +396,7 @@ void Engine::Impl::publish_queues() {
     snapshot.kv_fill_layers_total = kv_fill_layers_total;
     snapshot.draft_tokens_total = drafted_total;
     snapshot.draft_tokens_accepted = accepted_total;
+    snapshot.intercepts = intercept_stats;
   }
   if (metrics) {
     metrics->running->set(static_cast<double>(scheduler.n_running()));

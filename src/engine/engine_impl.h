@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -50,7 +51,30 @@ struct Engine::Impl {
   Status remake_kv(const ModelConfig& kv_config, int32_t n_blocks);
   void adopt_new_depth(int32_t old_depth, ExtendKv kv_mode, int32_t n_blocks);
   void step();
+  // Preemption's and the swap policy's copies, before the step; timed (a swap stall).
   void copy_swaps(const SchedulerOutput& out);
+
+  // --- Intercepts (intercepts.cpp)
+  // Start-up profile of the forward time by batch tokens and of the device ↔ host copy bandwidth.
+  void profile_for_intercepts();
+  // Resumes and ends of paused requests, queued by Engine::resume()/end_paused().
+  void apply_resumes();
+  // A request whose token paused it after its step: held by its policy, then the client hears.
+  void pause_request(RequestId id, LiveRequest& r, GenerationUpdate update);
+  // Min-waste's decisions for this step's paused requests (swap-outs go to `async_out`), and the
+  // step's budgets for the scheduler.
+  StepBudgets plan_paused(std::vector<BlockCopy>* async_out);
+  // The copies that run beside the step (a copy thread), and waiting for them after it.
+  void start_async_copies(std::vector<BlockCopy> out, std::vector<BlockCopy> in);
+  void finish_async_copies();
+  // Waste of paused KV (held × time) up to now; call before anything changes what they hold.
+  void account_paused(Clock::time_point now);
+  // A step's recompute share, its time into the forward profile.
+  void account_step(const SchedulerOutput& out, double step_seconds);
+  // How the pause of a request ends up held (preserve | swap | discard | evict), counted.
+  void count_hold(const LiveRequest& r, RequestId id);
+  int64_t block_bytes() const { return kv.words_per_block() * 4; }
+  int64_t running_kv_bytes() const;
   void end_request(RequestId id, GenerationUpdate final_update);
   // Ends every live request, and every submitted one not yet admitted, with `reason`.
   void end_all(const std::string& reason, StatusCode code);
@@ -93,6 +117,14 @@ struct Engine::Impl {
   };
   std::unique_ptr<PendingExtension> pending_extension;      // extend_layers' request; null: none
   std::unordered_map<std::string, bool> client_ids;         // live client ids
+  struct PendingResume {
+    std::string client_id;
+    std::vector<TokenId> tokens;
+    int32_t max_tokens = 0;
+    bool end = false;
+  };
+  std::vector<PendingResume> resumes;                       // Engine::resume()/end_paused()
+  std::unordered_set<std::string> paused_clients;           // paused and not yet resumed
   EngineStatus snapshot;
   int64_t requests_total = 0;
 
@@ -105,6 +137,14 @@ struct Engine::Impl {
   int64_t generated_total = 0;
   std::vector<int64_t> exit_layer_counts;  // [n_layers_loaded + 1]
   int64_t layers_computed_total = 0, kv_fill_layers_total = 0, drafted_total = 0, accepted_total = 0;
+  // Intercepts: the waste model (profile, bandwidth, M), the counters, the copies in flight.
+  WasteModel waste;
+  InterceptStats intercept_stats;
+  Clock::time_point last_account = Clock::now();
+  int32_t last_batch_tokens = 1;
+  std::vector<BlockCopy> async_out, async_in;
+  std::future<void> copies_in_flight;
+  double published_waste[3] = {0, 0, 0};  // preserve, recompute, swap: what the counters have
 };
 
 }  // namespace helios

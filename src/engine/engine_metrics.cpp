@@ -26,6 +26,8 @@ EngineMetrics::EngineMetrics(MetricsRegistry& r)
       kv_fill_layers(r.counter("helios_kv_fill_layers_total", "Token-layers whose K/V was filled from an exit state")),
       draft_tokens(r.counter("helios_speculative_draft_tokens_total", "Self-speculative tokens drafted")),
       accepted_tokens(r.counter("helios_speculative_accepted_tokens_total",
-                                "Self-speculative drafts the full model confirmed")) {}
+                                "Self-speculative drafts the full model confirmed")),
+      paused(r.gauge("helios_paused_sequences", "Generations paused for a tool call or a human turn")),
+      paused_kv_bytes(r.gauge("helios_paused_kv_bytes", "KV bytes paused generations hold in device blocks")) {}
 
 }  // namespace helios

@@ -38,11 +38,13 @@ bool Engine::Impl::run_batch(const SchedulerOutput& out, const std::vector<size_
   for (size_t row = 0; row < fr.row_seq.size(); ++row) {
     const RequestId id = out.seqs[members[fr.row_seq[row]]].id;
     LiveRequest& r = *live[id];
-    GenerationUpdate u = r.on_row(fr, row, *scheduler.tokens(id));
+    GenerationUpdate u = r.on_row(fr, row, *scheduler.tokens(id), model.tokenizer());
     u.tokens.back().loaded_layers = model.n_layers_loaded();
     scheduler.append_token(id, u.tokens.back().id);
     count_token(fr.row_exit_layer[row], fr.row_exit_layer[row]);
-    if (u.finish != FinishReason::kNone) {
+    if (u.intercept) {
+      pause_request(id, r, std::move(u));
+    } else if (u.finish != FinishReason::kNone) {
       end_request(id, std::move(u));
     } else {
       r.stream->push(std::move(u));
@@ -79,14 +81,14 @@ bool Engine::Impl::run_speculative(const SchedulerOutput& out, int32_t draft_lay
     std::vector<TokenId> emitted;
     GenerationUpdate merged;
     const int32_t accepted = take_speculated(seq, [&](int32_t row, TokenId* token) {
-      GenerationUpdate u = r.on_row(fr, row, history);
+      GenerationUpdate u = r.on_row(fr, row, history, model.tokenizer());
       u.tokens.back().loaded_layers = model.n_layers_loaded();
       *token = u.tokens.back().id;
       history.push_back(*token);
       emitted.push_back(*token);
       u.tokens.insert(u.tokens.begin(), merged.tokens.begin(), merged.tokens.end());
       merged = std::move(u);
-      return merged.finish == FinishReason::kNone;
+      return merged.finish == FinishReason::kNone && !merged.intercept;  // a pause ends the round too
     });
     scheduler.append_speculated(id, emitted);
     // Every drafted input ran the whole stack once: draft blocks, then verify blocks.
@@ -98,7 +100,9 @@ bool Engine::Impl::run_speculative(const SchedulerOutput& out, int32_t draft_lay
       metrics->draft_tokens->inc(seq.n_draft);
       metrics->accepted_tokens->inc(accepted);
     }
-    if (merged.finish != FinishReason::kNone) {
+    if (merged.intercept) {
+      pause_request(id, r, std::move(merged));
+    } else if (merged.finish != FinishReason::kNone) {
       end_request(id, std::move(merged));
     } else {
       r.stream->push(std::move(merged));

@@ -10,30 +10,53 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 LiveRequest::LiveRequest(GenerationRequest r, std::shared_ptr<RequestStream> s, const Model& model)
     : request(std::move(r)), stream(std::move(s)), output(model.tokenizer(), request) {
   if (request.observe_exits) observed_layers = model.exit_layers();
+  if (request.intercept.triggers.any()) intercepts.emplace(request.intercept.triggers);
+  n_supplied = static_cast<int32_t>(request.prompt.size());
 }
 
 std::vector<int32_t> LiveRequest::known_exit_layers(int32_t start, int32_t n) const {
-  const auto first = static_cast<int32_t>(request.prompt.size()) - 1;  // position of exit_layers[0]
-  const auto n_known = static_cast<int32_t>(exit_layers.size());
-  if (start + n <= first || start - first >= n_known) return {};
+  const auto n_known = static_cast<int32_t>(exit_layer_at.size());
+  if (start >= n_known) return {};
   std::vector<int32_t> known(n, 0);
-  for (int32_t i = 0; i < n; ++i) {
-    const int32_t j = start + i - first;
-    if (j >= 0 && j < n_known) known[i] = exit_layers[j];
-  }
+  for (int32_t i = 0; i < n && start + i < n_known; ++i) known[i] = exit_layer_at[start + i];
   return known;
 }
 
-GenerationUpdate LiveRequest::on_row(const ForwardResult& fr, size_t row, const std::vector<TokenId>& history) {
+GenerationUpdate LiveRequest::on_row(const ForwardResult& fr, size_t row, const std::vector<TokenId>& history,
+                                     const Tokenizer& tokenizer) {
   GenerationUpdate u;
   const int32_t exit_layer = fr.row_exit_layer[row];
   TokenEvent ev = output.take(fr.row(row), fr.n_vocab, history, exit_layer, fr.row_confidence[row]);
   ev.observed = observations(fr, row);
-  exit_layers.push_back(exit_layer);
+  // The row that produced the token is the last one of the history.
+  const size_t position = history.size() - 1;
+  if (exit_layer_at.size() <= position) exit_layer_at.resize(position + 1, 0);
+  exit_layer_at[position] = exit_layer;
   if (!first_token) first_token = Clock::now();
+  u.intercept = check_intercept(ev, history.size() + 1, tokenizer);
   u.tokens.push_back(std::move(ev));
-  if (output.finish() != FinishReason::kNone) finish(&u, output.finish());
+  if (!u.intercept && output.finish() != FinishReason::kNone) finish(&u, output.finish());
   return u;
+}
+
+std::optional<InterceptEvent> LiveRequest::check_intercept(TokenEvent& ev, size_t context_tokens,
+                                                           const Tokenizer& tokenizer) {
+  if (!intercepts) return std::nullopt;
+  const FinishReason why = output.finish();
+  if (why == FinishReason::kStop) return std::nullopt;  // stop strings and tokens end the session
+  std::optional<InterceptEvent> hit = intercepts->push(ev.id, ev.text, why == FinishReason::kEos);
+  if (!hit && why == FinishReason::kLength && intercepts->triggers().on_length) {
+    hit = InterceptEvent{};
+    hit->trigger = "length";
+  }
+  if (!hit) return std::nullopt;
+  ev.text += output.pause();
+  if (output.finish() == FinishReason::kStop) return std::nullopt;
+  // The end-of-turn token releases no text; the client renders the next turn after its piece.
+  if (hit->trigger == "end_of_turn" || hit->trigger == "token") hit->matched = tokenizer.token_to_piece(ev.id, true);
+  hit->index = ++n_intercepts;
+  hit->context_tokens = static_cast<int32_t>(context_tokens);
+  return hit;
 }
 
 GenerationUpdate LiveRequest::aborted(const std::string& reason, StatusCode code) const {
@@ -41,6 +64,12 @@ GenerationUpdate LiveRequest::aborted(const std::string& reason, StatusCode code
   u.error = reason;
   u.error_code = code;
   finish(&u, FinishReason::kAborted);
+  return u;
+}
+
+GenerationUpdate LiveRequest::ended_while_paused() const {
+  GenerationUpdate u;
+  finish(&u, FinishReason::kStop);
   return u;
 }
 
@@ -59,7 +88,7 @@ std::vector<ExitObservation> LiveRequest::observations(const ForwardResult& fr, 
 void LiveRequest::finish(GenerationUpdate* u, FinishReason why) const {
   const auto now = Clock::now();
   u->finish = why;
-  u->prompt_tokens = static_cast<int32_t>(request.prompt.size());
+  u->prompt_tokens = n_supplied;
   u->completion_tokens = output.n_generated();
   u->queue_seconds = seconds((first_scheduled ? *first_scheduled : now) - arrival);
   u->ttft_seconds = first_token ? seconds(*first_token - arrival) : 0.0;

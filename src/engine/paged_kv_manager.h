@@ -3,6 +3,7 @@
 #pragma once
 
 #include <unordered_map>
+#include <vector>
 
 #include "helios/kv_cache.h"
 #include "helios/scheduler.h"
@@ -20,9 +21,15 @@ class PagedKvManager final : public KvManager {
   void release(RequestId id) override;
   bool swap_out(RequestId id, std::vector<BlockCopy>* copies) override;
   bool swap_in(RequestId id, std::vector<BlockCopy>* copies) override;
+  int32_t swap_out_blocks(RequestId id, int32_t n, std::vector<BlockCopy>* copies) override;
+  int32_t swap_in_blocks(RequestId id, int32_t n, std::vector<BlockCopy>* copies) override;
+  void finish_async_copies() override;
+  int32_t n_device_blocks(RequestId id) const override;
+  int32_t n_host_blocks(RequestId id) const override;
+  int32_t n_free_host_blocks() const override { return host_.n_free(); }
 
   const BlockTable* table(RequestId id) const;  // device blocks; nullptr when none
-  int32_t n_blocks() const { return device_.n_blocks(); }
+  int32_t n_blocks() const override { return device_.n_blocks(); }
   int32_t n_used_blocks() const { return device_.n_used(); }
   // More device blocks (the storage has grown to n_blocks): free, after those free now.
   void grow_device(int32_t n_blocks) { device_.grow(n_blocks); }
@@ -36,6 +43,8 @@ class PagedKvManager final : public KvManager {
   int32_t block_size_;
   std::unordered_map<RequestId, BlockTable> device_tables_;
   std::unordered_map<RequestId, BlockTable> host_tables_;
+  // Blocks given up by this step's async copies: free once the copies are done.
+  std::vector<int32_t> device_freed_after_copies_, host_freed_after_copies_;
 };
 
 }  // namespace helios

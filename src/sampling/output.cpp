@@ -49,7 +49,7 @@ TokenEvent RequestOutput::take(const float* raw, int32_t n_vocab, const std::vec
     ev.text = stops_.push(decoder_.push(token));
     if (stops_.stopped() || std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
       finish_ = FinishReason::kStop;
-    } else if (n_generated_ >= options_.max_tokens) {
+    } else if (n_generated_ - segment_start_ >= options_.max_tokens) {
       finish_ = FinishReason::kLength;
     }
   }
@@ -58,6 +58,22 @@ TokenEvent RequestOutput::take(const float* raw, int32_t n_vocab, const std::vec
     ev.text += stops_.flush();
   }
   return ev;
+}
+
+std::string RequestOutput::pause() {
+  finish_ = FinishReason::kNone;
+  std::string text = stops_.push(decoder_.flush());
+  if (stops_.stopped()) {
+    finish_ = FinishReason::kStop;  // the held-back text completed a stop string: it ends after all
+  } else {
+    text += stops_.flush();
+  }
+  return text;
+}
+
+void RequestOutput::start_segment(int32_t max_tokens) {
+  options_.max_tokens = max_tokens;
+  segment_start_ = n_generated_;
 }
 
 }  // namespace helios

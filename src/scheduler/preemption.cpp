@@ -12,6 +12,11 @@ namespace helios {
 
 bool Scheduler::reserve_or_preempt(Sequence& seq, int32_t n_tokens, StepPlan& plan) {
   while (!kv_.reserve(seq.id, n_tokens)) {
+    if (running_.size() == 1 && evict_paused(plan)) continue;  // paused KV gives way to work
+    if (running_.size() == 1 && others_hold_blocks(seq)) {
+      preempt(seq, plan);  // what holds the rest frees it by itself: wait for it
+      return false;
+    }
     if (running_.size() == 1) {  // alone in the cache, and still too large: it never fits
       refuse(seq, n_tokens, plan);
       return false;
@@ -60,6 +65,11 @@ void Scheduler::recompute_all() {
   swapped_.clear();
   for (RequestId id : running) preempt_by_recompute(*find(id));
   for (RequestId id : swapped) preempt_by_recompute(*find(id));
+  // Paused ones stay paused, without KV: they recompute when they resume.
+  for (RequestId id : paused_) {
+    kv_.release(id);
+    find(id)->n_computed = 0;
+  }
 }
 
 void Scheduler::preempt_by_recompute(Sequence& victim) {

@@ -56,6 +56,7 @@ void Scheduler::forget(RequestId id) {
     case SequenceStatus::kWaiting: std::erase(waiting_, id); break;
     case SequenceStatus::kRunning: std::erase(running_, id); break;
     case SequenceStatus::kSwapped: std::erase(swapped_, id); break;
+    case SequenceStatus::kPaused: std::erase(paused_, id); break;
   }
   kv_.release(id);  // a waiting sequence holds none; releasing nothing is harmless
   sequences_.erase(id);
@@ -84,15 +85,22 @@ Scheduler::Sequence* Scheduler::find(RequestId id) const {
 
 // ---- One step ------------------------------------------------------------------------------
 
-SchedulerOutput Scheduler::schedule() {
+SchedulerOutput Scheduler::schedule(const StepBudgets& budgets) {
   StepPlan plan;
   plan.budget_tokens = limits_.max_batched_tokens;
+  plan.budgets = budgets;
+  plan.swap_in_blocks_left = budgets.swap_in_blocks;
   schedule_running(plan, /*decodes=*/true);
   schedule_running(plan, /*decodes=*/false);
   // After a preemption the KV is short: bringing back or admitting anyone would only evict again.
   if (!plan.preempted) schedule_swapped(plan);
-  // Swapped sequences come first: admitting newer work would keep them out for good.
-  if (!plan.preempted && !plan.kv_full && swapped_.empty()) admit_waiting(plan);
+  // Swapped sequences come first: admitting newer work would keep them out for good. A resumed
+  // sequence coming back a few blocks a step does not hold admission back (its copies use the
+  // swap budget, not the step's compute); one that finds the device full does (kv_full).
+  const bool preempted_swapped = std::any_of(swapped_.begin(), swapped_.end(), [&](RequestId id) {
+    return !find(id)->resumed_swap;
+  });
+  if (!plan.preempted && !plan.kv_full && !preempted_swapped) admit_waiting(plan);
   grant_lookahead(plan);
 
   std::stable_sort(plan.entries.begin(), plan.entries.end(),
@@ -100,7 +108,11 @@ SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out = std::move(plan.out);
   for (const StepPlan::Entry& entry : plan.entries) {
     // The computed-token rule: the plan counts as computed once handed out (see scheduler.h).
-    find(entry.seq.id)->n_computed += entry.seq.n_tokens;
+    Sequence& seq = *find(entry.seq.id);
+    if (seq.n_computed < seq.recompute_until) {
+      out.n_recompute_tokens += std::min(entry.seq.n_tokens, seq.recompute_until - seq.n_computed);
+    }
+    seq.n_computed += entry.seq.n_tokens;
     out.seqs.push_back(entry.seq);
     out.n_batched_tokens += entry.seq.n_tokens + entry.seq.n_lookahead;
   }
@@ -115,7 +127,7 @@ void Scheduler::schedule_running(StepPlan& plan, bool decodes) {
     if (seq == nullptr || seq->status != SequenceStatus::kRunning) continue;  // preempted or refused
     if ((seq->n_pending() == 1) != decodes) continue;
     if (plan.n_seqs() >= limits_.max_seqs) break;
-    const int32_t n_take = std::min(seq->n_pending(), plan.budget_tokens);
+    const int32_t n_take = chunk_tokens(*seq, plan);
     if (n_take <= 0) continue;  // out of budget, or nothing to compute yet
     if (!reserve_or_preempt(*seq, seq->n_computed + n_take, plan)) continue;
     plan_chunk(*seq, n_take, decodes ? StepPlan::kDecode : StepPlan::kPrefill, plan);

@@ -21,6 +21,13 @@ struct Scheduler::Sequence {
   int32_t lookahead = 0;               // tokens it may draft after a decode
   int32_t n_computed = 0;              // tokens whose KV is computed (or planned this step)
   SequenceStatus status = SequenceStatus::kWaiting;
+  // Intercepts: how it is held while paused; in swapped_ after a resume (its blocks come back a
+  // few per step, and it does not hold back admission as a preempted one does); the tokens below
+  // which it recomputes a context an intercept discarded (chunked under min-waste).
+  HoldPolicy hold = HoldPolicy::kPreserve;
+  bool resumed_swap = false;
+  int32_t recompute_until = 0;
+  bool chunked_recompute = false;
 
   int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
   // Tokens still to compute: 1 for a decode, more for a prefill (first time or after recompute).
@@ -37,6 +44,8 @@ struct Scheduler::StepPlan {
   };
 
   int32_t budget_tokens = 0;           // left this step
+  StepBudgets budgets;
+  int32_t swap_in_blocks_left = 0;
   std::vector<Entry> entries;          // appended in arrival order within each group
   SchedulerOutput out;                 // swap copies and preempted ids, filled as we go
   bool preempted = false;              // a preemption happened: admit nothing new this step

@@ -42,7 +42,7 @@ TEST(ConfigErrors, MoreThanOneDocument) {
 TEST(ConfigErrors, TopLevelMustBeAMap) {
   EXPECT_EQ(config_error("- a\n- b\n"),
             "cfg.yaml:1:1: (top level): expected a map of keys (server, models, model_repository, groups, "
-            "engine, limits, logging), got a list");
+            "engine, limits, logging, intercepts), got a list");
 }
 
 // ---- unknown and repeated keys ----

@@ -42,6 +42,7 @@ inline EngineOptions engine_options(int32_t n_kv_blocks, int32_t max_batched_tok
   options.n_swap_blocks = n_swap_blocks;
   options.scheduler.max_batched_tokens = max_batched_tokens;
   options.scheduler.preemption = preemption;
+  options.intercepts.profile_at_start = false;  // the intercept tests turn it on
   return options;
 }
 

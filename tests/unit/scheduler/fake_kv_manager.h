@@ -22,6 +22,7 @@ class FakeKvManager : public KvManager {
 
   int32_t block_size() const override { return block_size_; }
   int32_t n_free_blocks() const override { return static_cast<int32_t>(free_device_.size()); }
+  int32_t n_blocks() const override { return n_device_blocks_; }
 
   bool reserve(RequestId id, int32_t n_tokens) override {
     calls.push_back("reserve " + std::to_string(id) + " " + std::to_string(n_tokens));
@@ -55,10 +56,52 @@ class FakeKvManager : public KvManager {
     return move_blocks(id, host_, free_host_, device_, free_device_, copies);
   }
 
+  int32_t swap_out_blocks(RequestId id, int32_t n, std::vector<BlockCopy>* copies) override {
+    calls.push_back("swap_out_blocks " + std::to_string(id) + " " + std::to_string(n));
+    std::vector<int32_t>& device = device_[id];
+    std::vector<int32_t>& host = host_[id];
+    int32_t moved = 0;
+    while (moved < n && !device.empty() && !free_host_.empty()) {
+      const int32_t dst = take(free_host_);
+      copies->push_back({device.back(), dst});
+      pending_device_.push_back(device.back());
+      device.pop_back();
+      host.insert(host.begin(), dst);
+      ++moved;
+    }
+    if (device.empty()) device_.erase(id);
+    if (host.empty()) host_.erase(id);
+    return moved;
+  }
+
+  int32_t swap_in_blocks(RequestId id, int32_t n, std::vector<BlockCopy>* copies) override {
+    calls.push_back("swap_in_blocks " + std::to_string(id) + " " + std::to_string(n));
+    std::vector<int32_t>& host = host_[id];
+    int32_t moved = 0;
+    while (moved < n && !host.empty() && !free_device_.empty()) {
+      const int32_t dst = take(free_device_);
+      copies->push_back({host.front(), dst});
+      pending_host_.push_back(host.front());
+      host.erase(host.begin());
+      device_[id].push_back(dst);
+      ++moved;
+    }
+    if (host.empty()) host_.erase(id);
+    return moved;
+  }
+
+  void finish_async_copies() override {
+    free_device_.insert(free_device_.end(), pending_device_.begin(), pending_device_.end());
+    free_host_.insert(free_host_.end(), pending_host_.begin(), pending_host_.end());
+    pending_device_.clear();
+    pending_host_.clear();
+  }
+
+  int32_t n_device_blocks(RequestId id) const override { return count(device_, id); }
+  int32_t n_host_blocks(RequestId id) const override { return count(host_, id); }
+  int32_t n_free_host_blocks() const override { return static_cast<int32_t>(free_host_.size()); }
+
   // ---- For tests ----
-  int32_t n_device_blocks(RequestId id) const { return count(device_, id); }
-  int32_t n_host_blocks(RequestId id) const { return count(host_, id); }
-  int32_t n_free_host_blocks() const { return static_cast<int32_t>(free_host_.size()); }
   // Blocks held by anyone: zero once every request is finished or aborted.
   int32_t n_used_blocks() const {
     return n_device_blocks_ - n_free_blocks() + n_host_blocks_ - n_free_host_blocks();
@@ -114,6 +157,7 @@ class FakeKvManager : public KvManager {
   int32_t block_size_;
   std::vector<int32_t> free_device_;
   std::vector<int32_t> free_host_;
+  std::vector<int32_t> pending_device_, pending_host_;  // freed once the async copies are done
   BlockMap device_;
   BlockMap host_;
   std::map<RequestId, int32_t> reserved_tokens_;
