@@ -79,7 +79,7 @@ struct EngineConfig {
   int32_t max_seqs = 64;                   // sequences per step
   int32_t queue_limit = 256;               // requests in the server (queued or running); more get RESOURCE_EXHAUSTED
   PreemptionMode preemption = PreemptionMode::kRecompute;
-  int64_t swap_space_bytes = 1LL << 30;    // host memory for swapped-out KV blocks (swap mode)
+  int64_t swap_space_bytes = 1LL << 30;    // host memory for swapped-out KV blocks (preemption: swap; paused KV)
 };
 
 struct LimitsConfig {

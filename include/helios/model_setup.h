@@ -92,6 +92,6 @@ int64_t kv_memory_bytes(const Backend& backend);
 // count against that budget) are allocated, so that the KV cache, sized next from what is left,
 // does not take their memory. RESOURCE_EXHAUSTED when the activations do not fit.
 StatusOr<EngineOptions> plan_engine(const EngineConfig& engine, Model& model, size_t n_models,
-                                    std::string_view model_name);
+                                    std::string_view model_name, const InterceptConfig& intercepts = {});
 
 }  // namespace helios

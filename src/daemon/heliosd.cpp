@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
     helios::server::HeliosServer* srv = server->get();
     auto served = helios::server::load_served_model(
         entry, config->engine, config->models.size(), metrics,
-        [srv, name = entry.name](const std::string& error) { srv->report_fault(name, error); });
+        [srv, name = entry.name](const std::string& error) { srv->report_fault(name, error); }, config->intercepts);
     if (!served.ok()) {
       spdlog::error("cannot load model '{}': {}", entry.name, served.status().message());
       (*server)->drain_and_stop(0);

@@ -313,8 +313,8 @@ void Engine::Impl::copy_swaps(const SchedulerOutput& out) {
   if (out.swap_out.empty() && out.swap_in.empty()) return;
   const auto t0 = Clock::now();
   const int64_t n = kv.words_per_block();
-  for (const BlockCopy& c : out.swap_out) kv.read_block(c.from_block, swap_space.data() + c.to_block * n);
-  for (const BlockCopy& c : out.swap_in) kv.write_block(c.to_block, swap_space.data() + c.from_block * n);
+  for (const BlockCopy& c : out.swap_out) kv.read_block(c.from_block, swap_space.get() + c.to_block * n);
+  for (const BlockCopy& c : out.swap_in) kv.write_block(c.to_block, swap_space.get() + c.from_block * n);
   // Every running request waits for these copies: the swap stall of the paper's equation 3.
   intercept_stats.waste_swap += std::chrono::duration<double>(Clock::now() - t0).count() * running_kv_bytes();
 }

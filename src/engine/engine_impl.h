@@ -26,7 +26,8 @@ struct Engine::Impl {
       : model(m), options(o), registry(r), kv(std::move(storage)),
         kv_manager(o.n_kv_blocks, o.block_size, o.n_swap_blocks),
         scheduler(o.scheduler, kv_manager),
-        swap_space(static_cast<size_t>(o.n_swap_blocks) * kv.words_per_block()) {
+        // Uninitialised: the pages are only touched by the blocks actually swapped.
+        swap_space(new float[static_cast<size_t>(o.n_swap_blocks) * kv.words_per_block()]) {
     if (registry) metrics = std::make_unique<EngineMetrics>(*registry);
     if (metrics) metrics->kv_blocks_total->add(o.n_kv_blocks);
   }
@@ -100,7 +101,7 @@ struct Engine::Impl {
   KvCacheStorage kv;
   PagedKvManager kv_manager;
   Scheduler scheduler;
-  std::vector<float> swap_space;  // [n_swap_blocks, words_per_block]
+  std::unique_ptr<float[]> swap_space;  // [n_swap_blocks, words_per_block]
 
   // Shared with other threads, under mu.
   mutable std::mutex mu;

@@ -126,7 +126,7 @@ void Engine::Impl::pause_request(RequestId id, LiveRequest& r, GenerationUpdate 
     // The swap baseline: the whole context to host now, while every running request waits.
     const auto t0 = Clock::now();
     const int64_t n = kv.words_per_block();
-    for (const BlockCopy& c : copies) kv.read_block(c.from_block, swap_space.data() + c.to_block * n);
+    for (const BlockCopy& c : copies) kv.read_block(c.from_block, swap_space.get() + c.to_block * n);
     intercept_stats.waste_swap += seconds_between(t0, Clock::now()) *
                                   static_cast<double>(running_kv_bytes() + copies.size() * block_bytes());
   }
@@ -231,8 +231,8 @@ void Engine::Impl::start_async_copies(std::vector<BlockCopy> out, std::vector<Bl
   // A copy thread: the blocks it reads and writes belong to no sequence this step computes.
   copies_in_flight = std::async(std::launch::async, [this] {
     const int64_t n = kv.words_per_block();
-    for (const BlockCopy& c : async_out) kv.read_block(c.from_block, swap_space.data() + c.to_block * n);
-    for (const BlockCopy& c : async_in) kv.write_block(c.to_block, swap_space.data() + c.from_block * n);
+    for (const BlockCopy& c : async_out) kv.read_block(c.from_block, swap_space.get() + c.to_block * n);
+    for (const BlockCopy& c : async_in) kv.write_block(c.to_block, swap_space.get() + c.from_block * n);
   });
 }
 

@@ -161,8 +161,8 @@ void Engine::Impl::adopt_new_depth(int32_t old_depth, ExtendKv kv_mode, int32_t 
   const int32_t new_depth = model.n_layers_loaded();
   kv_manager.reset_device(n_blocks);
   // Swap blocks hold every layer too: the same count, of the new size.
-  std::vector<float>().swap(swap_space);
-  swap_space.resize(static_cast<size_t>(options.n_swap_blocks) * kv.words_per_block());
+  swap_space.reset();
+  swap_space.reset(new float[static_cast<size_t>(options.n_swap_blocks) * kv.words_per_block()]);
   for (auto& [id, r] : live) {
     r->request.exit = rule_after_extension(r->request.exit, old_depth, new_depth);
     // Replayed at their known exit layers, the tokens so far get the new layers' K/V from those

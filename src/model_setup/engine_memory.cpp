@@ -24,10 +24,10 @@ StatusOr<KvCacheSize> size_kv_cache(const EngineConfig& engine, const ModelConfi
                             std::string(model_name) + "') is smaller than one KV block (" +
                             std::to_string(out.bytes_per_block) + " bytes); give it more memory");
   }
-  if (engine.preemption == PreemptionMode::kSwap) {
-    out.n_swap_blocks = static_cast<int32_t>(
-        std::min<int64_t>(engine.swap_space_bytes / models / out.bytes_per_block, 1 << 24));
-  }
+  // Host room for preemption by swap and for paused generations' KV (intercepts: swap and
+  // min-waste), whatever the preemption mode. Reserved, not touched until a block is swapped.
+  out.n_swap_blocks = static_cast<int32_t>(
+      std::min<int64_t>(std::max<int64_t>(engine.swap_space_bytes, 0) / models / out.bytes_per_block, 1 << 24));
   return out;
 }
 
@@ -50,7 +50,7 @@ int64_t kv_memory_bytes(const Backend& backend) {
 }
 
 StatusOr<EngineOptions> plan_engine(const EngineConfig& engine, Model& model, size_t n_models,
-                                    std::string_view model_name) {
+                                    std::string_view model_name, const InterceptConfig& intercepts) {
   // The largest pass the engine runs: one step's tokens. Self-speculative drafts are taken from
   // the same budget, so a verification pass is no larger.
   HELIOS_RETURN_IF_ERROR(model.reserve_workspace(engine.max_batched_tokens));
@@ -66,6 +66,7 @@ StatusOr<EngineOptions> plan_engine(const EngineConfig& engine, Model& model, si
   options.scheduler.max_batched_tokens = engine.max_batched_tokens;
   options.scheduler.max_seqs = engine.max_seqs;
   options.scheduler.preemption = engine.preemption;
+  options.intercepts = intercepts;
   return options;
 }
 

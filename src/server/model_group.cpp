@@ -180,7 +180,7 @@ Status ModelGroup::load_target(const ServingTarget& target) {
   EngineConfig engine = server_config_.engine;
   engine.kv_cache_bytes = kv;
   const auto t0 = std::chrono::steady_clock::now();
-  auto served = load_served_model(entry, engine, 1, metrics_, on_fault_);
+  auto served = load_served_model(entry, engine, 1, metrics_, on_fault_, server_config_.intercepts);
   if (!served.ok()) {
     return Status(served.status().code(), config_.name + ": cannot load " + c.info.name + " at depth " +
                                               std::to_string(target.depth) + ": " + served.status().message());

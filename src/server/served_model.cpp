@@ -44,7 +44,8 @@ void log_exits(const ServedModel& served) {
 
 StatusOr<std::unique_ptr<ServedModel>> load_served_model(const ModelEntryConfig& entry, const EngineConfig& engine,
                                                          size_t n_models, MetricsRegistry& metrics,
-                                                         std::function<void(const std::string&)> on_fault) {
+                                                         std::function<void(const std::string&)> on_fault,
+                                                         const InterceptConfig& intercepts) {
   auto served = std::make_unique<ServedModel>();
   served->entry = entry;
   HELIOS_ASSIGN_OR_RETURN(served->backend, make_backend(engine.backend, engine.threads));
@@ -66,7 +67,7 @@ StatusOr<std::unique_ptr<ServedModel>> load_served_model(const ModelEntryConfig&
 
   const Model& model = *served->model;
   const ModelConfig& c = model.config();
-  HELIOS_ASSIGN_OR_RETURN(EngineOptions engine_options, plan_engine(engine, *served->model, n_models, entry.name));
+  HELIOS_ASSIGN_OR_RETURN(EngineOptions engine_options, plan_engine(engine, *served->model, n_models, entry.name, intercepts));
   engine_options.on_fault = std::move(on_fault);
   const int64_t kv_bytes = static_cast<int64_t>(engine_options.n_kv_blocks) *
                            KvCacheStorage::bytes_per_block(model.kv_config(), engine_options.block_size,

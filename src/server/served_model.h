@@ -23,9 +23,9 @@ struct ServedModel {
 
 // Loads one model (its first early_exit.load_layers blocks), sets its exit points and heads, checks
 // its default exit rule and starts its engine, sizing the KV cache from the config. `on_fault`
-// (may be empty) hears of a device error in its engine.
+// (may be empty) hears of a device error in its engine; `intercepts` is the server's section.
 StatusOr<std::unique_ptr<ServedModel>> load_served_model(
     const ModelEntryConfig& entry, const EngineConfig& engine, size_t n_models, MetricsRegistry& metrics,
-    std::function<void(const std::string& error)> on_fault = {});
+    std::function<void(const std::string& error)> on_fault = {}, const InterceptConfig& intercepts = {});
 
 }  // namespace helios::server

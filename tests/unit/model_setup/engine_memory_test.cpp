@@ -63,7 +63,8 @@ TEST(SizeKvCache, ConfiguredBytesSharedByTheModels) {
   EXPECT_EQ(one->bytes, 10 << 20);  // the memory size is not read
   EXPECT_EQ(one->bytes_per_block, per_block);
   EXPECT_EQ(one->n_blocks, (10 << 20) / per_block);
-  EXPECT_EQ(one->n_swap_blocks, 0);  // recompute mode
+  // Recompute mode too: intercepts swap paused KV to host.
+  EXPECT_EQ(one->n_swap_blocks, engine.swap_space_bytes / per_block);
 
   auto two = size_kv_cache(engine, c, 2, 123, "m");
   ASSERT_TRUE(two.ok());
