@@ -61,6 +61,10 @@ struct ModelGroupConfig {
 struct ServerConfig {
   std::string listen = "0.0.0.0:50051";   // gRPC address
   std::string metrics_listen = "127.0.0.1:9090";  // Prometheus /metrics over HTTP; "" = off
+  // OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models, /health);
+  // "" = off. Off when the key is absent; configs/default.yaml turns it on at 127.0.0.1:8000.
+  std::string http_listen;
+  int32_t http_threads = 64;               // HTTP worker threads: each open connection (a stream) holds one
   std::string tls_cert_path;               // PEM; TLS is on when both cert and key are set
   std::string tls_key_path;
   std::vector<std::string> api_keys;       // non-empty: calls must send "authorization: Bearer <key>"
@@ -79,6 +83,9 @@ struct EngineConfig {
   int32_t max_seqs = 64;                   // sequences per step
   int32_t queue_limit = 256;               // requests in the server (queued or running); more get RESOURCE_EXHAUSTED
   PreemptionMode preemption = PreemptionMode::kRecompute;
+  // Share the K/V of full blocks of identical prefixes between requests and keep them after
+  // they end, until blocks run out (helios/prefix_cache.h).
+  bool prefix_caching = true;
   int64_t swap_space_bytes = 1LL << 30;    // host memory for swapped-out KV blocks (preemption: swap; paused KV)
 };
 
@@ -86,6 +93,7 @@ struct LimitsConfig {
   int32_t max_tokens = 2048;               // per request, generated
   int32_t default_max_tokens = 256;        // when a request does not say
   int32_t max_prompt_tokens = 4096;        // per request
+  int32_t max_n = 4;                       // OpenAI API: choices per request (`n`), at most
 };
 
 struct LoggingConfig {

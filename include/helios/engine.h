@@ -22,6 +22,7 @@
 #include "helios/config.h"
 #include "helios/early_exit.h"
 #include "helios/intercept.h"
+#include "helios/prefix_cache.h"
 #include "helios/metrics.h"
 #include "helios/model.h"
 #include "helios/output.h"
@@ -113,6 +114,7 @@ struct EngineStatus {
   int64_t draft_tokens_total = 0;          // self-speculative: tokens drafted
   int64_t draft_tokens_accepted = 0;       // self-speculative: drafts the full model confirmed
   InterceptStats intercepts;
+  PrefixCacheStats prefix_cache;
 };
 
 // How the tokens computed before Engine::extend_layers get their K/V at the new layers.
@@ -142,6 +144,9 @@ struct EngineOptions {
   int32_t block_size = 16;
   kernels::KvType kv_type = kernels::KvType::kF32;  // what the blocks hold
   int32_t n_swap_blocks = 0;           // host blocks for swapped-out KV
+  // Full blocks of computed prefixes shared between requests and kept after they end
+  // (helios/prefix_cache.h); outputs are the same with it off.
+  bool prefix_caching = true;
   int32_t queue_limit = 256;           // requests not yet finished, at most
   SchedulerLimits scheduler;
   InterceptConfig intercepts;

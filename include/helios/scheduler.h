@@ -58,6 +58,14 @@ class KvManager {
   virtual int32_t n_device_blocks(RequestId id) const = 0;
   virtual int32_t n_host_blocks(RequestId id) const = 0;
   virtual int32_t n_free_host_blocks() const = 0;
+
+  // Prefix caching: gives a request that holds no blocks the cached blocks of its longest cached
+  // prefix of whole blocks, within max_tokens of `tokens`; returns the tokens they cover (0 when
+  // none, or without a cache). Their K/V is computed: the request starts after them.
+  virtual int32_t attach_cached_prefix(RequestId id, const std::vector<TokenId>& tokens, int32_t max_tokens) {
+    (void)id, (void)tokens, (void)max_tokens;
+    return 0;
+  }
 };
 
 struct SchedulerLimits {

@@ -1,5 +1,5 @@
 // engine: backend, threads, kv_cache, kv_cache_type, block_size, max_batched_tokens, max_seqs,
-// queue_limit, preemption, swap_space.
+// queue_limit, preemption, swap_space, prefix_caching.
 #include <charconv>
 #include <cmath>
 
@@ -65,7 +65,7 @@ Status read_engine_config(const ConfigSource& source, const YAML::Node& node,
       MapReader engine,
       MapReader::open(source, node, where, "engine",
                       {"backend", "threads", "kv_cache", "kv_cache_type", "block_size", "max_batched_tokens",
-                       "max_seqs", "queue_limit", "preemption", "swap_space"}));
+                       "max_seqs", "queue_limit", "preemption", "swap_space", "prefix_caching"}));
 
   HELIOS_RETURN_IF_ERROR(engine.read_choice<std::string>(
       "backend", {{"cpu", "cpu"}, {"cuda", "cuda"}}, &out->backend));
@@ -117,6 +117,7 @@ Status read_engine_config(const ConfigSource& source, const YAML::Node& node,
                                  std::to_string(out->swap_space_bytes) +
                                  "; set swap_space (e.g. 1GiB) or use preemption: recompute");
   }
+  HELIOS_RETURN_IF_ERROR(engine.read_bool("prefix_caching", &out->prefix_caching));
   return ok_status();
 }
 

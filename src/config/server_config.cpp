@@ -1,4 +1,4 @@
-// server: listen, metrics_listen, tls {cert, key}, api_keys, drain_timeout_s.
+// server: listen, metrics_listen, http_listen, http_threads, tls {cert, key}, api_keys, drain_timeout_s.
 #include <algorithm>
 #include <cctype>
 
@@ -92,7 +92,8 @@ Status read_server_config(const ConfigSource& source, const YAML::Node& node,
   HELIOS_ASSIGN_OR_RETURN(
       MapReader server,
       MapReader::open(source, node, where, "server",
-                      {"listen", "metrics_listen", "tls", "api_keys", "drain_timeout_s"}));
+                      {"listen", "metrics_listen", "http_listen", "http_threads", "tls", "api_keys",
+                       "drain_timeout_s"}));
 
   HELIOS_RETURN_IF_ERROR(server.read_string("listen", &out->listen));
   if (std::string problem = host_port_problem(out->listen); !problem.empty()) {
@@ -110,6 +111,29 @@ Status read_server_config(const ConfigSource& source, const YAML::Node& node,
       return server.error("metrics_listen", "is the same address as server.listen ('" +
                                                 out->listen + "'); give it another port");
     }
+  }
+
+  HELIOS_RETURN_IF_ERROR(server.read_string("http_listen", &out->http_listen));
+  if (!out->http_listen.empty()) {
+    if (std::string problem = host_port_problem(out->http_listen); !problem.empty()) {
+      return server.error("http_listen",
+                          problem + ", or \"\" for no HTTP (OpenAI) API, got '" + out->http_listen + "'");
+    }
+    // Port 0 (any free port) never clashes.
+    const bool any_port = out->http_listen.ends_with(":0");
+    if (!any_port && out->http_listen == out->listen) {
+      return server.error("http_listen", "is the same address as server.listen ('" + out->listen +
+                                             "'); give it another port");
+    }
+    if (!any_port && out->http_listen == out->metrics_listen) {
+      return server.error("http_listen", "is the same address as server.metrics_listen ('" +
+                                             out->metrics_listen + "'); give it another port");
+    }
+  }
+  HELIOS_RETURN_IF_ERROR(server.read_int("http_threads", &out->http_threads));
+  if (out->http_threads < 2 || out->http_threads > 1024) {
+    return server.error("http_threads", "must be in 2..1024 (each open HTTP connection holds one), got " +
+                                            std::to_string(out->http_threads));
   }
 
   HELIOS_RETURN_IF_ERROR(read_tls(server, out));

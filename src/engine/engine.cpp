@@ -305,8 +305,23 @@ void Engine::Impl::step() {
   const double forward_seconds = std::max(1e-9, std::chrono::duration<double>(Clock::now() - t_forward).count());
   finish_async_copies();
   if (!ok) return;
+  publish_prefix_blocks(out);
   account_step(out, forward_seconds);
   publish_step(out, std::max(1e-9, std::chrono::duration<double>(Clock::now() - t0).count()));
+}
+
+void Engine::Impl::publish_prefix_blocks(const SchedulerOutput& out) {
+  const int32_t depth = model.n_layers_loaded();
+  for (const ScheduledSequence& s : out.seqs) {
+    auto it = live.find(s.id);
+    if (it == live.end() || s.n_lookahead > 0) continue;  // ended, or drafted (not a plain pass)
+    const LiveRequest& r = *it->second;
+    if (exit_policy_traits(r.request.exit.policy).drafts) continue;
+    kv_manager.publish_blocks(s.id, *scheduler.tokens(s.id), s.start_pos + s.n_tokens, [&](int32_t p) {
+      const int32_t exit = p < static_cast<int32_t>(r.exit_layer_at.size()) ? r.exit_layer_at[p] : 0;
+      return exit == 0 || exit >= depth;  // 0: a prompt row, which ran the whole stack
+    });
+  }
 }
 
 void Engine::Impl::copy_swaps(const SchedulerOutput& out) {
@@ -381,6 +396,14 @@ void Engine::Impl::publish_queues() {
       if (totals[i] > published_waste[i]) metrics->waste(*registry, causes[i])->inc(totals[i] - published_waste[i]);
       published_waste[i] = totals[i];
     }
+    const PrefixCacheStats cache = kv_manager.prefix_cache_stats();
+    metrics->cache_hit_tokens->inc(static_cast<double>(cache.hit_tokens - published_cache.hit_tokens));
+    metrics->cache_query_tokens->inc(static_cast<double>(cache.query_tokens - published_cache.query_tokens));
+    metrics->cache_hit_blocks->inc(static_cast<double>(cache.hit_blocks - published_cache.hit_blocks));
+    metrics->cache_query_blocks->inc(static_cast<double>(cache.query_blocks - published_cache.query_blocks));
+    metrics->cache_evictions->inc(static_cast<double>(cache.evictions - published_cache.evictions));
+    metrics->cached_blocks->set(cache.cached_blocks);
+    published_cache = cache;
   }
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -397,6 +420,7 @@ void Engine::Impl::publish_queues() {
     snapshot.draft_tokens_total = drafted_total;
     snapshot.draft_tokens_accepted = accepted_total;
     snapshot.intercepts = intercept_stats;
+    snapshot.prefix_cache = kv_manager.prefix_cache_stats();
   }
   if (metrics) {
     metrics->running->set(static_cast<double>(scheduler.n_running()));

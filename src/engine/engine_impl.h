@@ -24,7 +24,7 @@ namespace helios {
 struct Engine::Impl {
   Impl(Model& m, const EngineOptions& o, MetricsRegistry* r, KvCacheStorage storage)
       : model(m), options(o), registry(r), kv(std::move(storage)),
-        kv_manager(o.n_kv_blocks, o.block_size, o.n_swap_blocks),
+        kv_manager(o.n_kv_blocks, o.block_size, o.n_swap_blocks, o.prefix_caching),
         scheduler(o.scheduler, kv_manager),
         // Uninitialised: the pages are only touched by the blocks actually swapped.
         swap_space(new float[static_cast<size_t>(o.n_swap_blocks) * kv.words_per_block()]) {
@@ -52,6 +52,9 @@ struct Engine::Impl {
   Status remake_kv(const ModelConfig& kv_config, int32_t n_blocks);
   void adopt_new_depth(int32_t old_depth, ExtendKv kv_mode, int32_t n_blocks);
   void step();
+  // After a step: the full blocks it completed join the prefix cache where every token of theirs
+  // ran the whole loaded stack.
+  void publish_prefix_blocks(const SchedulerOutput& out);
   // Preemption's and the swap policy's copies, before the step; timed (a swap stall).
   void copy_swaps(const SchedulerOutput& out);
 
@@ -146,6 +149,7 @@ struct Engine::Impl {
   std::vector<BlockCopy> async_out, async_in;
   std::future<void> copies_in_flight;
   double published_waste[3] = {0, 0, 0};  // preserve, recompute, swap: what the counters have
+  PrefixCacheStats published_cache;       // what the prefix cache counters have
 };
 
 }  // namespace helios

@@ -27,6 +27,12 @@ EngineMetrics::EngineMetrics(MetricsRegistry& r)
       draft_tokens(r.counter("helios_speculative_draft_tokens_total", "Self-speculative tokens drafted")),
       accepted_tokens(r.counter("helios_speculative_accepted_tokens_total",
                                 "Self-speculative drafts the full model confirmed")),
+      cache_hit_tokens(r.counter("helios_prefix_cache_hit_tokens_total", "Prompt tokens whose K/V came from the prefix cache")),
+      cache_query_tokens(r.counter("helios_prefix_cache_query_tokens_total", "Prompt tokens (whole blocks) looked up in the prefix cache")),
+      cache_hit_blocks(r.counter("helios_prefix_cache_hit_blocks_total", "KV blocks found in the prefix cache")),
+      cache_query_blocks(r.counter("helios_prefix_cache_query_blocks_total", "KV blocks looked up in the prefix cache")),
+      cache_evictions(r.counter("helios_prefix_cache_evictions_total", "Cached KV blocks reused for new ones")),
+      cached_blocks(r.gauge("helios_prefix_cache_blocks", "KV blocks in the prefix cache (held or kept)")),
       paused(r.gauge("helios_paused_sequences", "Generations paused for a tool call or a human turn")),
       paused_kv_bytes(r.gauge("helios_paused_kv_bytes", "KV bytes paused generations hold in device blocks")) {}
 

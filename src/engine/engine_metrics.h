@@ -18,6 +18,9 @@ struct EngineMetrics {
   Histogram *ttft, *tpot, *e2e, *batch_hist, *exit_layer, *layers_per_token;
   Counter *kv_fill_layers, *draft_tokens, *accepted_tokens;
 
+  // Prefix caching.
+  Counter *cache_hit_tokens, *cache_query_tokens, *cache_hit_blocks, *cache_query_blocks, *cache_evictions;
+  Gauge* cached_blocks;
   // Intercepts.
   Gauge *paused, *paused_kv_bytes;
   Counter* waste(MetricsRegistry& r, const char* cause) {

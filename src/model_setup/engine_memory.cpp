@@ -67,6 +67,7 @@ StatusOr<EngineOptions> plan_engine(const EngineConfig& engine, Model& model, si
   options.scheduler.max_seqs = engine.max_seqs;
   options.scheduler.preemption = engine.preemption;
   options.intercepts = intercepts;
+  options.prefix_caching = engine.prefix_caching;
   return options;
 }
 

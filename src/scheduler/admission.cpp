@@ -53,9 +53,17 @@ void Scheduler::admit_waiting(StepPlan& plan) {
   while (!waiting_.empty() && plan.budget_tokens > 0 &&
          static_cast<int32_t>(running_.size()) < limits_.max_seqs && plan.n_seqs() < limits_.max_seqs) {
     Sequence& seq = *find(waiting_.front());
+    // A cached prefix is K/V already computed: the sequence starts after it (keeping its last
+    // token to compute, whose row samples).
+    const bool attached = seq.n_computed == 0 &&
+                          (seq.n_computed = kv_.attach_cached_prefix(seq.id, seq.tokens, seq.n_tokens() - 1)) > 0;
     // A prompt longer than the budget left gets a first chunk now and the rest in later steps.
     const int32_t n_take = chunk_tokens(seq, plan);
     if (!kv_.reserve(seq.id, seq.n_computed + n_take)) {
+      if (attached) {  // a waiting sequence holds no blocks
+        kv_.release(seq.id);
+        seq.n_computed = 0;
+      }
       // With nothing running every device block is free but paused ones': a chunk that does not
       // fit once they are dropped never will.
       if (running_.empty() && evict_paused(plan)) continue;

@@ -61,6 +61,8 @@ inline void expect_early_exit_eq(const EarlyExitConfig& a, const EarlyExitConfig
 inline void expect_config_eq(const HeliosConfig& a, const HeliosConfig& b) {
   EXPECT_EQ(a.server.listen, b.server.listen);
   EXPECT_EQ(a.server.metrics_listen, b.server.metrics_listen);
+  EXPECT_EQ(a.server.http_listen, b.server.http_listen);
+  EXPECT_EQ(a.server.http_threads, b.server.http_threads);
   EXPECT_EQ(a.server.tls_cert_path, b.server.tls_cert_path);
   EXPECT_EQ(a.server.tls_key_path, b.server.tls_key_path);
   EXPECT_EQ(a.server.api_keys, b.server.api_keys);
@@ -82,9 +84,11 @@ inline void expect_config_eq(const HeliosConfig& a, const HeliosConfig& b) {
   EXPECT_EQ(a.engine.queue_limit, b.engine.queue_limit);
   EXPECT_EQ(a.engine.preemption, b.engine.preemption);
   EXPECT_EQ(a.engine.swap_space_bytes, b.engine.swap_space_bytes);
+  EXPECT_EQ(a.engine.prefix_caching, b.engine.prefix_caching);
   EXPECT_EQ(a.limits.max_tokens, b.limits.max_tokens);
   EXPECT_EQ(a.limits.default_max_tokens, b.limits.default_max_tokens);
   EXPECT_EQ(a.limits.max_prompt_tokens, b.limits.max_prompt_tokens);
+  EXPECT_EQ(a.limits.max_n, b.limits.max_n);
   EXPECT_EQ(a.logging.level, b.logging.level);
   EXPECT_EQ(a.logging.format, b.logging.format);
 }

@@ -51,7 +51,7 @@ TEST(ConfigErrors, UnknownKeySuggestsTheClosest) {
   EXPECT_EQ(config_error(with_model("engine:\n  threads: 2\n  blok_size: 16\n")),
             "cfg.yaml:6:3: engine.blok_size: unknown key; did you mean 'block_size'? Valid "
             "'engine' keys: backend, threads, kv_cache, kv_cache_type, block_size, max_batched_tokens, "
-            "max_seqs, queue_limit, preemption, swap_space");
+            "max_seqs, queue_limit, preemption, swap_space, prefix_caching");
 }
 
 TEST(ConfigErrors, UnknownTopLevelKey) {
@@ -119,7 +119,7 @@ TEST(ConfigErrors, MapWhereListExpected) {
 TEST(ConfigErrors, ListWhereMapExpected) {
   EXPECT_EQ(config_error(with_model("engine:\n  - threads: 2\n")),
             "cfg.yaml:5:3: engine: expected a map of keys (backend, threads, kv_cache, kv_cache_type, "
-            "block_size, max_batched_tokens, max_seqs, queue_limit, preemption, swap_space), got a list");
+            "block_size, max_batched_tokens, max_seqs, queue_limit, preemption, swap_space, prefix_caching), got a list");
 }
 
 TEST(ConfigErrors, MapWhereScalarExpected) {
@@ -199,6 +199,47 @@ TEST(ConfigErrors, MetricsListen) {
             "cfg.yaml:6:19: server.metrics_listen: is the same address as server.listen "
             "('0.0.0.0:1'); give it another port");
   EXPECT_EQ(config_error(with_model("server:\n  metrics_listen: ''\n")), "");
+}
+
+TEST(ConfigErrors, HttpListen) {
+  EXPECT_TRUE(starts_with(config_error(with_model("server:\n  http_listen: 8000\n")),
+                          "cfg.yaml:5:16: server.http_listen: expected HOST:PORT"));
+  EXPECT_TRUE(contains(config_error(with_model("server:\n  http_listen: 8000\n")),
+                       "or \"\" for no HTTP (OpenAI) API, got '8000'"));
+  EXPECT_EQ(config_error(with_model("server:\n  listen: 0.0.0.0:1\n  http_listen: 0.0.0.0:1\n")),
+            "cfg.yaml:6:16: server.http_listen: is the same address as server.listen ('0.0.0.0:1'); "
+            "give it another port");
+  EXPECT_EQ(config_error(with_model("server:\n  metrics_listen: 127.0.0.1:9\n  http_listen: 127.0.0.1:9\n")),
+            "cfg.yaml:6:16: server.http_listen: is the same address as server.metrics_listen "
+            "('127.0.0.1:9'); give it another port");
+  // Port 0 (any free port) twice is fine; "" is off.
+  EXPECT_EQ(config_error(with_model("server:\n  listen: 127.0.0.1:0\n  http_listen: 127.0.0.1:0\n")), "");
+  EXPECT_EQ(config_error(with_model("server:\n  http_listen: ''\n")), "");
+  StatusOr<HeliosConfig> parsed = parse_config(with_model("server:\n  http_listen: '[::1]:8080'\n"), "cfg.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_EQ(parsed->server.http_listen, "[::1]:8080");
+}
+
+TEST(ConfigErrors, HttpThreads) {
+  EXPECT_EQ(config_error(with_model("server:\n  http_threads: 1\n")),
+            "cfg.yaml:5:17: server.http_threads: must be in 2..1024 (each open HTTP connection holds "
+            "one), got 1");
+  EXPECT_TRUE(starts_with(config_error(with_model("server:\n  http_threads: many\n")),
+                          "cfg.yaml:5:17: server.http_threads:"));
+  StatusOr<HeliosConfig> parsed = parse_config(with_model("server:\n  http_threads: 8\n"), "cfg.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_EQ(parsed->server.http_threads, 8);
+}
+
+TEST(ConfigErrors, MaxN) {
+  EXPECT_EQ(config_error(with_model("limits:\n  max_n: 0\n")),
+            "cfg.yaml:5:10: limits.max_n: must be at least 1, got 0");
+  EXPECT_EQ(config_error(with_model("limits:\n  max_n: 129\n")),
+            "cfg.yaml:5:10: limits.max_n: must be at most 128 (each choice is one request in the "
+            "queue), got 129");
+  StatusOr<HeliosConfig> parsed = parse_config(with_model("limits:\n  max_n: 8\n"), "cfg.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_EQ(parsed->limits.max_n, 8);
 }
 
 TEST(ConfigErrors, TlsCertWithoutKey) {

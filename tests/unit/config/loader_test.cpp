@@ -97,6 +97,7 @@ HeliosConfig full_config() {
   c.engine.queue_limit = 10;
   c.engine.preemption = PreemptionMode::kSwap;
   c.engine.swap_space_bytes = 4LL << 30;
+  c.engine.prefix_caching = false;
   c.limits.max_tokens = 100;
   c.limits.default_max_tokens = 50;
   c.limits.max_prompt_tokens = 8000;
@@ -151,7 +152,8 @@ std::string to_yaml(const HeliosConfig& c) {
     << "  max_seqs: " << c.engine.max_seqs << "\n"
     << "  queue_limit: " << c.engine.queue_limit << "\n"
     << "  preemption: " << (c.engine.preemption == PreemptionMode::kSwap ? "swap" : "recompute")
-    << "\n  swap_space: " << c.engine.swap_space_bytes << "\n";
+    << "\n  swap_space: " << c.engine.swap_space_bytes << "\n"
+    << "  prefix_caching: " << (c.engine.prefix_caching ? "true" : "false") << "\n";
   y << "limits:\n"
     << "  max_tokens: " << c.limits.max_tokens << "\n"
     << "  default_max_tokens: " << c.limits.default_max_tokens << "\n"
