@@ -276,3 +276,29 @@ TEST(InterceptEngine, StringTriggerPausesWithTheMatchInTheText) {
 
 }  // namespace
 }  // namespace helios
+
+namespace helios {
+namespace {
+
+TEST(InterceptEngine, AStreamNeverMergesAPauseIntoTheUpdatesAfterIt) {
+  RequestStream stream;
+  GenerationUpdate paused;
+  paused.tokens.push_back(TokenEvent{});
+  paused.intercept = InterceptEvent{};
+  paused.intercept->index = 1;
+  GenerationUpdate after;
+  after.tokens.push_back(TokenEvent{});
+  after.finish = FinishReason::kAborted;
+  stream.push(paused);
+  stream.push(after);
+  auto first = stream.pop(std::chrono::milliseconds(10));
+  ASSERT_TRUE(first && first->intercept);
+  EXPECT_EQ(first->tokens.size(), 1u);
+  auto second = stream.pop(std::chrono::milliseconds(10));
+  ASSERT_TRUE(second);
+  EXPECT_FALSE(second->intercept);
+  EXPECT_EQ(second->finish, FinishReason::kAborted);
+}
+
+}  // namespace
+}  // namespace helios
