@@ -9,7 +9,8 @@ packages=(
   libgtest-dev libgmock-dev
   libspdlog-dev libyaml-cpp-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  python3 python3-pip python3-grpcio python3-grpc-tools python3-matplotlib
+  libcpp-httplib-dev
+  python3 python3-pip python3-venv python3-grpcio python3-grpc-tools python3-matplotlib
 )
 
 missing=()

@@ -34,7 +34,9 @@ DEFAULT_PATHS = {
 DESCRIPTION = """\
 Serving benchmark of heliosd: sends a workload (ShareGPT, prompt files, timed traces or synthetic
 lengths) over gRPC, one Generate stream per request (ignore_eos, max_tokens = the request's output
-length, greedy unless --temperature), on an arrival schedule, and measures what the client sees
+length, greedy unless --temperature), or over the OpenAI-compatible HTTP API (--backend openai, --url:
+one streamed completion per request, to heliosd or any OpenAI-compatible server such as vLLM or
+llama-server), on an arrival schedule, and measures what the client sees
 (TTFT, TPOT, ITL, E2EL, throughput, goodput, as vLLM's benchmark_serving) and what the server reports
 (GetServerStatus sampled during the run: batch size, KV cache use, queue, preemptions; exit layers of
 the streamed tokens; loaded model and depth).
@@ -54,6 +56,9 @@ examples:
   {PROG} --address 127.0.0.1:50051 --dataset synthetic --input-len 128 --output-len 64 \\
       --num-prompts 100 --request-rate inf --max-concurrency 16
   {PROG} --config a.yaml --config b.yaml --dataset azure-conv --num-prompts 300 --time-scale 4
+  {PROG} --backend openai --config configs/cpu-dev.yaml --num-prompts 100   (heliosd over HTTP)
+  {PROG} --url http://127.0.0.1:8080 --model m --dataset synthetic --input-len 128 --output-len 64
+                              (any OpenAI-compatible server, e.g. llama-server)
   {PROG} --config configs/cpu-dev.yaml --request-rate 0.5:4:0.5 --max-seconds 120   (a sweep)
 
 load modes:
@@ -91,6 +96,14 @@ def parse_args(argv=None):
                    help="start heliosd from this YAML on a free loopback port (listen and metrics_listen "
                         "are overridden, relative paths resolved against the file's folder), stop it "
                         "after; repeat to compare configs")
+    g.add_argument("--url", action="append", default=[], metavar="URL",
+                   help="an OpenAI-compatible server (heliosd's HTTP API, vLLM, llama.cpp's llama-server, ...), "
+                        "e.g. http://127.0.0.1:8000: streamed /v1/completions requests (--chat: "
+                        "/v1/chat/completions); repeat to compare several; implies --backend openai")
+    g.add_argument("--backend", choices=("grpc", "openai"), default=None,
+                   help="how requests reach the server: grpc (Generate streams; the default for --address and "
+                        "--config) or openai (the OpenAI-compatible HTTP API: with --config, heliosd is started "
+                        "with server.http_listen on a free port, and only generation goes over HTTP)")
     g.add_argument("--label", action="append", default=[], metavar="NAME",
                    help="names of the servers, in the order given (default: the config file's stem, or "
                         "the address)")
@@ -166,16 +179,24 @@ def parse_args(argv=None):
     g.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     args = p.parse_args(argv)
 
-    if not args.address and not args.config:
-        p.error("give the server: --address HOST:PORT (running) or --config FILE (started here)")
+    if not args.address and not args.config and not args.url:
+        p.error("give the server: --address HOST:PORT (running heliosd), --config FILE (started here) or "
+                "--url URL (an OpenAI-compatible server)")
+    if args.backend is None:
+        args.backend = "openai" if args.url else "grpc"
+    if args.url and args.backend != "openai":
+        p.error("--url is an OpenAI-compatible server: --backend openai (the default with --url)")
+    if args.backend == "openai" and args.address:
+        p.error("--backend openai with --address: give the running server's HTTP API as --url http://HOST:PORT "
+                "instead (or --config FILE to start heliosd with it)")
     if args.num_prompts < 1:
         p.error("--num-prompts must be >= 1")
     if args.max_concurrency is not None and args.max_concurrency < 1:
         p.error("--max-concurrency must be >= 1")
     if args.max_seconds is not None and not args.max_seconds > 0:
         p.error("--max-seconds must be > 0")
-    if args.label and len(args.label) != len(args.address) + len(args.config):
-        p.error("give one --label per server (--address and --config, in that order)")
+    if args.label and len(args.label) != len(args.address) + len(args.config) + len(args.url):
+        p.error("give one --label per server (--address, --config and --url, in that order)")
     from .arrivals import parse_rates
     try:
         args.rates = parse_rates(args.request_rate) if args.request_rate else None
@@ -207,6 +228,7 @@ def _targets(args):
     from .runner import Target
     targets = [Target(label=a, address=a) for a in args.address]
     targets += [Target(label=Path(c).stem, config=c) for c in args.config]
+    targets += [Target(label=u, url=u) for u in args.url]
     if args.label:
         for t, name in zip(targets, args.label):
             t.label = name
@@ -321,7 +343,8 @@ def main(argv=None) -> int:
             chat=args.chat, request_timeout_s=args.request_timeout, sample_interval_ms=args.sample_interval_ms,
             percentiles=args.percentile_list, slo=args.slo, warmup=args.warmup, heliosd=args.heliosd,
             metadata=metadata, show_progress=not args.no_progress, log=log,
-            server_log_prefix=prefix if args.keep_server_logs else None)
+            server_log_prefix=prefix if args.keep_server_logs else None, backend=args.backend,
+            api_key=args.api_key)
     except KeyboardInterrupt:
         log("interrupted")
         return 130

@@ -378,7 +378,7 @@ def check_report(report: dict) -> list[str]:
             problems.append(f"{name}: duration not positive")
         if s["completed"] and abs(s["output_throughput"] * s["duration_s"] - s["total_output_tokens"]) > 1e-6 * max(1, s["total_output_tokens"]):
             problems.append(f"{name}: output_throughput × duration != total output tokens")
-        if s.get("server_samples", 0) < 1 or not r.get("server_series"):
+        if r.get("server_sampled", True) and (s.get("server_samples", 0) < 1 or not r.get("server_series")):
             problems.append(f"{name}: no server samples")
         hist = r.get("exit_layer_histogram") or {}
         tokens_streamed = sum(q["output_len"] for q in reqs)

@@ -263,10 +263,12 @@ def rate_label(rate) -> str:
 
 @dataclass
 class Target:
-    """A server to benchmark: a running one (address) or one to start (config)."""
+    """A server to benchmark: a running heliosd (address), one to start (config), or any
+    OpenAI-compatible server (url)."""
     label: str
     address: str | None = None
     config: str | None = None
+    url: str | None = None
 
 
 def execute(targets: list[Target], load_requests, rates: list[float | None], *, burstiness: float = 1.0,
@@ -274,32 +276,60 @@ def execute(targets: list[Target], load_requests, rates: list[float | None], *, 
             model: str = "", sampling: SamplingOptions | None = None, chat: bool = False,
             request_timeout_s: float | None = None, sample_interval_ms: float = 250.0,
             percentiles=(50, 90, 99), slo: Slo | None = None, warmup: int = 1, heliosd: str | None = None,
-            metadata=None, show_progress: bool = True, log=print, server_log_prefix: str | None = None):
+            metadata=None, show_progress: bool = True, log=print, server_log_prefix: str | None = None,
+            backend: str = "grpc", api_key: str = ""):
     """Runs every rate on every target, each on the same requests (sampled once, with the first
     target's tokenizer, by load_requests(sync_client) → list[BenchRequest]). Returns
-    (requests, runs, targets_info)."""
+    (requests, runs, targets_info).
+
+    backend "grpc": Generate streams to heliosd. "openai": streamed /v1/completions (or, with chat,
+    /v1/chat/completions) requests over HTTP: to a heliosd started from a config with its HTTP API
+    on (the tokenizer, status samples and model info still over gRPC), or to a server at a URL
+    (any OpenAI-compatible one; no server samples)."""
+    from .openai_client import OpenAiAsyncClient, OpenAiSyncClient
     from .server import ManagedServer
 
     requests = None
     runs: list[dict] = []
     targets_info: list[dict] = []
     for ti, target in enumerate(targets):
+        over_http = target.url is not None or backend == "openai"
         server = ManagedServer(address=target.address, config=target.config, heliosd=heliosd,
-                               label=target.label, model=model, metadata=metadata)
+                               label=target.label, model=model, metadata=metadata, url=target.url,
+                               http=over_http and target.config is not None, api_key=api_key)
         if server.managed:
             log(f"starting heliosd for {target.label} from {target.config}")
         server.start()
         info: dict = {"label": target.label, "address": server.address, "config_path": target.config,
                       "config_text": server.config_text, "run_config_text": server.run_config_text,
-                      "managed": server.managed}
+                      "managed": server.managed, "backend": "openai" if over_http else "grpc", "url": server.url}
         try:
-            sync = SyncClient(server.address, model, metadata)
-            mi = sync.model_info()
-            info["model"] = message_dict(mi)
-            st = sync.status()
-            info["status_at_start"] = message_dict(st)
-            log(f"{target.label}: heliosd at {server.address}, model {mi.name} ({mi.n_layers} layers, "
-                f"backend {mi.backend}), {st.kv_blocks_total} KV blocks of {st.kv_block_size} tokens")
+            if target.url is not None:
+                sync = OpenAiSyncClient(target.url, model, api_key, chat)
+                entry = sync.model_entry()
+                helios = entry.get("owned_by") == "helios"
+                info["model"] = {"name": entry.get("id", ""), "backend": "openai-http", "url": sync.root,
+                                 "served": entry}
+                log(f"{target.label}: OpenAI-compatible server at {sync.root}, model {entry.get('id')}"
+                    f"{' (heliosd)' if helios else ''}; no server samples")
+                sampled = False
+            else:
+                sync = SyncClient(server.address, model, metadata)
+                mi = sync.model_info()
+                info["model"] = message_dict(mi)
+                st = sync.status()
+                info["status_at_start"] = message_dict(st)
+                helios = True
+                sampled = True
+                log(f"{target.label}: heliosd at {server.address}{' (HTTP ' + server.url + ')' if over_http else ''}, "
+                    f"model {mi.name} ({mi.n_layers} layers, backend {mi.backend}), {st.kv_blocks_total} KV blocks "
+                    f"of {st.kv_block_size} tokens")
+            if over_http:
+                def make_client(url=server.url, helios=helios):
+                    return OpenAiAsyncClient(url, model, sampling, request_timeout_s, api_key, chat, helios)
+            else:
+                def make_client(address=server.address):
+                    return AsyncClient(address, model, sampling, request_timeout_s, metadata, chat)
             if requests is None:
                 t = time.perf_counter()
                 requests = load_requests(sync)
@@ -312,7 +342,7 @@ def execute(targets: list[Target], load_requests, rates: list[float | None], *, 
                 spec = RunSpec(request_rate=rate, burstiness=burstiness, max_concurrency=max_concurrency,
                                max_seconds=max_seconds, seed=seed)
                 label = f"{target.label}@{rate_label(rate)}" if len(targets) > 1 else rate_label(rate)
-                runs.append(_one_run(server.address, model, sampling, chat, request_timeout_s, metadata,
+                runs.append(_one_run(make_client, server.address if sampled else None, model, metadata,
                                      requests, spec, label, target.label, sample_interval_ms, percentiles,
                                      slo, warmup, show_progress, sync, log))
             sync.close()
@@ -330,23 +360,26 @@ def execute(targets: list[Target], load_requests, rates: list[float | None], *, 
     return requests, runs, targets_info
 
 
-def _one_run(address, model, sampling, chat, request_timeout_s, metadata, requests, spec: RunSpec, label: str,
-             target_label: str, sample_interval_ms, percentiles, slo, warmup, show_progress, sync: SyncClient, log):
+def _one_run(make_client, sample_address, model, metadata, requests, spec: RunSpec, label: str,
+             target_label: str, sample_interval_ms, percentiles, slo, warmup, show_progress, sync, log):
+    """One run; make_client() gives the generation client (gRPC or HTTP); sample_address: the
+    heliosd whose GetServerStatus is sampled (None: no samples)."""
     if not sync.wait_idle(120):
         log("warning: the server still has requests from before; starting anyway")
 
     async def go():
-        client = AsyncClient(address, model, sampling, request_timeout_s, metadata, chat)
+        client = make_client()
         try:
             for w in range(warmup):       # a short request to warm up the path; not measured
                 r = requests[w % len(requests)]
                 await client.generate(f"warmup-{label}-{w}", r.prompt, r.prompt_len, min(r.output_len, 8))
-            sampler = ServerSampler(address, model, sample_interval_ms, metadata).start()
+            sampler = ServerSampler(sample_address, model, sample_interval_ms, metadata).start() \
+                if sample_address else None
             progress = Progress(len(requests), f"[{label}]", enabled=show_progress, max_seconds=spec.max_seconds)
             try:
                 outcome = await run_load(client, requests, spec, tag=f"bench-{label}-{os.getpid()}", progress=progress)
             finally:
-                samples = sampler.stop()
+                samples = sampler.stop() if sampler else []
             return outcome, samples
         finally:
             await client.close()
@@ -354,6 +387,7 @@ def _one_run(address, model, sampling, chat, request_timeout_s, metadata, reques
     load_start = _loadavg()
     outcome, samples = asyncio.run(go())
     rec = run_record(label, target_label, spec, outcome, samples, requests, percentiles, slo)
+    rec["server_sampled"] = sample_address is not None
     rec["load_average"] = {"start": load_start, "end": _loadavg()}   # other work on the machine skews runs
     s = rec["summary"]
     log(f"[{label}] {s['completed']} completed, {s['failed']} failed, {s['not_sent']} not sent in "

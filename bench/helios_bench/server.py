@@ -47,13 +47,14 @@ def _quote(v: str) -> str:
     return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def rewrite_config(text: str, config_dir: Path, port: int) -> str:
-    """The config with server.listen = 127.0.0.1:PORT, server.metrics_listen off (no clash with
-    another heliosd) and relative paths (models[].path and early_exit.heads, server.tls cert/key)
-    made absolute against the original file's folder. Line-based: block-style YAML, as heliosd's
-    configs are written."""
+def rewrite_config(text: str, config_dir: Path, port: int, http_port: int | None = None) -> str:
+    """The config with server.listen = 127.0.0.1:PORT, server.metrics_listen off, server.http_listen
+    127.0.0.1:HTTP_PORT or off (no clash with another heliosd) and relative paths (models[].path
+    and early_exit.heads, server.tls cert/key) made absolute against the original file's folder.
+    Line-based: block-style YAML, as heliosd's configs are written."""
     out, section = [], None
-    seen_listen = seen_metrics = False
+    seen_listen = seen_metrics = seen_http = False
+    http_value = _quote(f"127.0.0.1:{http_port}") if http_port else '""'
     server_line = None
     for line in text.splitlines():
         m = _LINE.match(line)
@@ -69,6 +70,8 @@ def rewrite_config(text: str, config_dir: Path, port: int) -> str:
                 line, seen_listen = prefix + _quote(f"127.0.0.1:{port}"), True
             elif section == "server" and key == "metrics_listen":
                 line, seen_metrics = prefix + '""', True
+            elif section == "server" and key == "http_listen":
+                line, seen_http = prefix + http_value, True
             elif key in _PATH_KEYS and value and section in ("models", "server") and not os.path.isabs(value):
                 line = prefix + _quote(str((config_dir / value).resolve())) + tail
         out.append(line)
@@ -77,6 +80,8 @@ def rewrite_config(text: str, config_dir: Path, port: int) -> str:
         extra.append(f'  listen: "127.0.0.1:{port}"')
     if not seen_metrics:
         extra.append('  metrics_listen: ""')
+    if not seen_http:
+        extra.append(f"  http_listen: {http_value}")
     if extra:
         if server_line is None:
             out += ["server:"] + extra
@@ -86,16 +91,22 @@ def rewrite_config(text: str, config_dir: Path, port: int) -> str:
 
 
 class ManagedServer:
-    """A heliosd started from a config (start/stop), or a running one at an address (no-ops)."""
+    """A heliosd started from a config (start/stop), or a running one at an address (no-ops), or
+    any OpenAI-compatible server at a URL (no-ops). With http, a started heliosd serves its
+    OpenAI-compatible HTTP API too, at self.url."""
 
     def __init__(self, address: str | None = None, config: str | None = None, heliosd: str | None = None,
-                 label: str | None = None, model: str = "", metadata=None):
-        if (address is None) == (config is None):
-            raise ValueError("give either address or config")
+                 label: str | None = None, model: str = "", metadata=None, url: str | None = None,
+                 http: bool = False, api_key: str = ""):
+        if sum(x is not None for x in (address, config, url)) != 1:
+            raise ValueError("give one of address, config and url")
         self.address = address
+        self.url = url
+        self.http = http
+        self.api_key = api_key
         self.config = config
         self.heliosd = heliosd or default_heliosd()
-        self.label = label or (Path(config).stem if config else address)
+        self.label = label or (Path(config).stem if config else address or url)
         self.model = model
         self.metadata = metadata
         self.proc = None
@@ -110,6 +121,10 @@ class ManagedServer:
         return self.config is not None
 
     def start(self, timeout_s: float = START_TIMEOUT_S):
+        if self.url is not None and not self.managed:
+            from .openai_client import OpenAiSyncClient
+            OpenAiSyncClient(self.url, self.model, self.api_key).wait_serving(timeout_s)
+            return self
         if not self.managed:
             SyncClient(self.address, self.model, self.metadata).wait_serving(timeout_s)
             return self
@@ -119,7 +134,10 @@ class ManagedServer:
         self.workdir = tempfile.mkdtemp(prefix=f"helios-bench-{self.label}-")
         port = free_port()
         self.address = f"127.0.0.1:{port}"
-        self.run_config_text = rewrite_config(self.config_text, Path(self.config).resolve().parent, port)
+        http_port = free_port() if self.http else None
+        if http_port:
+            self.url = f"http://127.0.0.1:{http_port}"
+        self.run_config_text = rewrite_config(self.config_text, Path(self.config).resolve().parent, port, http_port)
         cfg = os.path.join(self.workdir, "heliosd.yaml")
         with open(cfg, "w") as f:
             f.write(self.run_config_text)

@@ -90,6 +90,11 @@ class InterceptMatcher {
 // name and compact JSON arguments; on failure *error says why.
 bool parse_tool_call(std::string_view body, std::string* name, std::string* arguments_json, std::string* error);
 
+// A text that is nothing but a tool call written without the markup: the bare {"name": ...,
+// "arguments": ...}, possibly in a ``` fence, as small models write one (Qwen2.5-Coder-0.5B). Its
+// name and compact JSON arguments; false for anything else.
+bool parse_bare_tool_call(std::string_view text, std::string* name, std::string* arguments_json);
+
 // Pause-length priors per augmentation kind, in seconds: INFERCEPT Table 1's means — math 9e-5,
 // qa 0.69, ve (virtual environment) 0.09, chatbot 28.6, image 20.03, tts 17.24.
 std::map<std::string, double> default_pause_priors();

@@ -7,8 +7,12 @@
 #include <iostream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "common/calculator.h"
+#include "helios/intercept.h"
 #include "helios/v1/helios.grpc.pb.h"
 
 namespace helios::cli {
@@ -188,6 +192,127 @@ void print_model_exits(const v1::ModelInfo& m, const v1::ServerStatus& status) {
   }
 }
 
+// --- helios chat --calculator: a session that pauses at each tool call and each end of turn.
+
+constexpr const char* kCalculatorSystem =
+    "You are a helpful assistant. You have a calculator tool for arithmetic: never compute by "
+    "yourself, call the tool instead. To call it, write exactly\n"
+    "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"(12 + 30) * 2\"}}\n</tool_call>\n"
+    "with your expression (numbers, + - * / ^ and parentheses), then stop and wait: the result comes "
+    "back in a tool response. Then answer the user with it.";
+
+constexpr const char* kCalculatorTools =
+    R"([{"type": "function", "function": {"name": "calculator", )"
+    R"("description": "Evaluates an arithmetic expression: numbers, + - * / ^ (power) and parentheses.", )"
+    R"("parameters": {"type": "object", "properties": {"expression": {"type": "string", )"
+    R"("description": "the expression, e.g. (12 + 30) * 2"}}, "required": ["expression"]}}}])";
+
+// The tool's answer to one call: the result, or "error: ..." (the model reads either).
+std::string run_calculator(const v1::Intercept& call, std::string* expression) {
+  if (!call.parse_error().empty()) return "error: the tool call is not valid JSON: " + call.parse_error();
+  if (call.tool_name() != "calculator") return "error: there is no tool '" + call.tool_name() + "'; use calculator";
+  const nlohmann::json arguments = nlohmann::json::parse(call.arguments_json(), nullptr, /*allow_exceptions=*/false);
+  if (!arguments.is_object() || !arguments.contains("expression")) {
+    return "error: the call has no \"expression\" argument";
+  }
+  const nlohmann::json& e = arguments["expression"];
+  *expression = e.is_string() ? e.get<std::string>() : e.dump();
+  auto value = evaluate_arithmetic(*expression);
+  return value.ok() ? format_number(*value) : "error: " + value.status().message();
+}
+
+// A turn that is nothing but a call, written without the <tool_call> markup (small models do:
+// Qwen2.5-Coder-0.5B answers with the bare {"name": ..., "arguments": ...}, or that in a ```json
+// fence): the call, as the server would have parsed it.
+bool bare_tool_call(const std::string& text, v1::Intercept* call) {
+  std::string name, arguments;
+  if (!parse_bare_tool_call(text, &name, &arguments)) return false;
+  call->set_trigger("tool_call");
+  call->set_tool_name(name);
+  call->set_arguments_json(arguments);
+  return true;
+}
+
+// One line from the human; false at the end of input or an empty line.
+bool read_turn(bool interactive, std::string* line) {
+  if (interactive) std::fputs("> ", stdout), std::fflush(stdout);
+  return std::getline(std::cin, *line) && !line->empty();
+}
+
+int calculator_chat(const Args& args, v1::Helios::Stub& stub, v1::GenerateRequest request) {
+  const bool interactive = ::isatty(STDIN_FILENO);
+  std::string line;
+  if (!read_turn(interactive, &line)) return 0;
+  v1::SessionRequest open_message;
+  v1::SessionOpen* open = open_message.mutable_open();
+  v1::Conversation* conversation = request.mutable_conversation();
+  auto* system = conversation->add_messages();
+  system->set_role("system");
+  system->set_content(args.has("system") ? args.str("system") : kCalculatorSystem);
+  auto* user = conversation->add_messages();
+  user->set_role("user");
+  user->set_content(line);
+  *open->mutable_request() = std::move(request);
+  open->set_tools_json(kCalculatorTools);
+  open->mutable_intercept()->set_tool_calls(true);
+  open->mutable_intercept()->set_end_of_turn(true);
+  open->mutable_intercept()->set_kind("math");
+
+  grpc::ClientContext ctx;
+  prepare(args, &ctx);
+  auto stream = stub.Session(&ctx);
+  bool writes_done = !stream->Write(open_message);  // a failed write: Finish says why
+  v1::SessionResponse response, last;
+  std::vector<v1::GeneratedToken> tokens;  // for --show-exits
+  constexpr int kMaxCallsPerTurn = 4;
+  int calls_this_turn = 0;
+  while (stream->Read(&response)) {
+    for (const auto& t : response.tokens()) {
+      std::fwrite(t.text().data(), 1, t.text().size(), stdout);
+      if (args.has("show-exits")) tokens.push_back(t);
+    }
+    std::fflush(stdout);
+    if (response.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) last = response;
+    if (!response.has_intercept() || writes_done) continue;
+    v1::SessionRequest next;
+    v1::Intercept call = response.intercept();
+    // A model that keeps calling (small ones do, on their own results) gets the human's turn after
+    // kMaxCallsPerTurn calls in a row: a bare call then ends its turn, a marked-up one gets an error.
+    const bool marked_up = call.trigger() == "tool_call";
+    if (marked_up || (call.trigger() == "end_of_turn" && calls_this_turn < kMaxCallsPerTurn &&
+                      bare_tool_call(call.text(), &call))) {
+      std::string expression = call.text();
+      const std::string result = ++calls_this_turn > kMaxCallsPerTurn
+                                     ? "error: too many calculator calls in one turn; answer the user now"
+                                     : run_calculator(call, &expression);
+      std::printf("\n[calculator] %s = %s\n", expression.c_str(), result.c_str());
+      v1::ToolResult* tool = next.mutable_resume()->mutable_tool_result();
+      tool->set_content(result);
+      tool->set_name("calculator");
+    } else {  // the end of the model's turn: the human's next one
+      std::fputc('\n', stdout);
+      calls_this_turn = 0;
+      if (read_turn(interactive, &line)) next.mutable_resume()->set_user_turn(line);
+      else next.mutable_end();
+    }
+    std::fflush(stdout);
+    if (!stream->Write(next)) break;
+    if (next.has_end()) {
+      stream->WritesDone();
+      writes_done = true;
+    }
+  }
+  if (!writes_done) stream->WritesDone();
+  const grpc::Status s = stream->Finish();
+  std::fputc('\n', stdout);
+  if (!s.ok()) return rpc_error("chat", args, s);
+  print_exits(tokens);
+  std::fprintf(stderr, "[%s: %d prompt + %d generated tokens, %d segments, total %.3f s]\n",
+               v1::FinishReason_Name(last.finish_reason()).c_str(), last.usage().prompt_tokens(),
+               last.usage().completion_tokens(), last.segment() + 1, last.timings().total_seconds());
+  return 0;
+}
+
 }  // namespace
 
 int cmd_complete(int argc, char** argv) {
@@ -218,14 +343,26 @@ int cmd_complete(int argc, char** argv) {
 int cmd_chat(int argc, char** argv) {
   Args args("chat",
             "Chats with a model on a running heliosd: type a message, read the reply; the whole\n"
-            "conversation is sent each turn. An empty line or end of input ends the chat.");
-  args.option("system", "TEXT", "a system message to start the conversation with");
+            "conversation is sent each turn. An empty line or end of input ends the chat.\n\n"
+            "--calculator chats in one Session instead (the Session RPC: a generation that pauses and\n"
+            "resumes in place, README: sessions and intercepts): the model is told it has a\n"
+            "`calculator` tool ({\"expression\": \"...\"}, + - * / ^ and parentheses). When it writes a\n"
+            "<tool_call> (or ends its turn with nothing but the call's JSON, as small models do), the\n"
+            "generation pauses, helios evaluates the expression here, prints\n"
+            "'[calculator] EXPR = RESULT' and resumes it with the result as the tool's turn; when the model\n"
+            "ends its turn, the generation pauses for your next line and resumes with it, its context\n"
+            "(KV) held by the server's hold policy meanwhile instead of sent again. --timeout bounds the\n"
+            "whole session.");
+  args.option("system", "TEXT", "a system message to start the conversation with (--calculator: instead of the one "
+              "that explains the tool)")
+      .option("calculator", "", "one Session with a calculator tool: tool calls and your turns resume it in place");
   add_generation_options(args);
   add_connection_options(args);
   use_chat_sampling_defaults(args);
   args.example("helios chat --address localhost:50051");
   args.example("helios chat --temperature 0 --seed 1   # greedy instead of llama.cpp's chat sampling");
   args.example("helios chat --policy fixed-depth --depth 16");
+  args.example("helios chat --calculator --temperature 0   # then: What is 12.5% of 3,480 plus 17?");
   if (Status s = args.parse(argc, argv); !s.ok()) return usage_error("chat", s.message());
   if (args.help_requested()) {
     std::fputs(args.help().c_str(), stdout);
@@ -236,6 +373,7 @@ int cmd_chat(int argc, char** argv) {
   if (!stub) return usage_error("chat", error);
   v1::GenerateRequest req;
   if (Status s = fill_sampling(args, &req); !s.ok()) return usage_error("chat", s.message());
+  if (args.has("calculator")) return calculator_chat(args, *stub, std::move(req));
   v1::Conversation* conversation = req.mutable_conversation();
   if (args.has("system")) {
     auto* m = conversation->add_messages();
@@ -297,12 +435,35 @@ void print_group(const v1::GroupStatus& g) {
   }
 }
 
+// Sessions of one model: paused now, intercepts so far, hold decisions and the waste behind them.
+void print_intercepts(const v1::InterceptStatus& i) {
+  if (i.intercepts_total() == 0 && i.paused() == 0) return;
+  std::printf("intercepts on %s: %lld so far, %d paused now (KV %.1f MiB on device, %.1f MiB on host); "
+              "default hold %s\n",
+              i.model().c_str(), static_cast<long long>(i.intercepts_total()), i.paused(),
+              i.paused_kv_bytes() / 1048576.0, i.swapped_kv_bytes() / 1048576.0, i.default_hold().c_str());
+  std::string decisions;
+  for (const auto& d : i.decisions()) {
+    decisions += " " + d.policy() + "/" + d.decision() + ":" + std::to_string(d.count());
+  }
+  if (!decisions.empty()) std::printf("  hold decisions (policy/decision:count):%s\n", decisions.c_str());
+  const double pool = i.kv_byte_seconds() > 0 ? i.kv_byte_seconds() : 1;
+  std::printf("  waste (MiB·s): preserve %.1f, recompute %.1f, swap %.1f = %.2f%% of the KV pool's %.1f; "
+              "forward %.2f s, of it recompute %.2f s; saturation %d tokens\n",
+              i.waste_preserve_byte_seconds() / 1048576.0, i.waste_recompute_byte_seconds() / 1048576.0,
+              i.waste_swap_byte_seconds() / 1048576.0,
+              100.0 * (i.waste_preserve_byte_seconds() + i.waste_recompute_byte_seconds() + i.waste_swap_byte_seconds()) /
+                  pool,
+              i.kv_byte_seconds() / 1048576.0, i.forward_seconds(), i.recompute_seconds(), i.saturation_tokens());
+}
+
 int cmd_status(int argc, char** argv) {
   Args args("status",
             "Shows a running heliosd's state, queues, KV cache use and models, with each model's\n"
             "early exit: exit points, default rule, and where its generated tokens left the stack; and\n"
             "each model group's manager: the candidates, the Performance History Table, the chosen\n"
-            "model and depth, the confidence breach counter, the memory split and the decisions.");
+            "model and depth, the confidence breach counter, the memory split and the decisions; and\n"
+            "each model's sessions (intercepts): paused now, hold decisions and the waste.");
   add_connection_options(args);
   args.example("helios status --address localhost:50051");
   if (Status s = args.parse(argc, argv); !s.ok()) return usage_error("status", s.message());
@@ -338,8 +499,16 @@ int cmd_status(int argc, char** argv) {
                 m.architecture().c_str(), m.n_layers(), m.loaded_layers(), m.n_parameters() / 1e6,
                 m.context_length(), m.backend().c_str());
     print_model_exits(m, status);
+    for (const auto& ms : status.models()) {
+      if (ms.name() != m.name() || !ms.prefix_cache().enabled()) continue;
+      const v1::PrefixCacheStatus& c = ms.prefix_cache();
+      std::printf("  prefix cache: %d blocks cached; %lld of %lld prompt tokens found (%.0f%%); %lld evictions\n",
+                  c.cached_blocks(), static_cast<long long>(c.hit_tokens()), static_cast<long long>(c.query_tokens()),
+                  100.0 * c.hit_rate(), static_cast<long long>(c.evictions()));
+    }
   }
   for (const auto& g : status.groups()) print_group(g);
+  for (const auto& i : status.intercepts()) print_intercepts(i);
   return 0;
 }
 

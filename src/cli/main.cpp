@@ -24,7 +24,7 @@ constexpr Command kCommands[] = {
     {"make-synthetic", helios::cli::cmd_make_synthetic, "write a seeded random-weight model of any shape"},
 #if defined(HELIOS_WITH_GRPC)
     {"complete", helios::cli::cmd_complete, "stream a completion from a running heliosd"},
-    {"chat", helios::cli::cmd_chat, "chat with a model on a running heliosd"},
+    {"chat", helios::cli::cmd_chat, "chat with a model on a running heliosd (--calculator: a session with a tool)"},
     {"status", helios::cli::cmd_status, "show a running heliosd's queues, KV cache and models"},
 #endif
 };

@@ -171,6 +171,24 @@ bool parse_tool_call(std::string_view body, std::string* name, std::string* argu
   return true;
 }
 
+bool parse_bare_tool_call(std::string_view text, std::string* name, std::string* arguments_json) {
+  const auto trim = [](std::string_view t) {
+    const size_t b = t.find_first_not_of(" \t\r\n"), e = t.find_last_not_of(" \t\r\n");
+    return b == std::string_view::npos ? std::string_view() : t.substr(b, e - b + 1);
+  };
+  std::string_view body = trim(text);
+  if (body.size() >= 6 && body.starts_with("```") && body.ends_with("```")) {
+    const size_t nl = body.find('\n');
+    body = body.substr(nl == std::string_view::npos ? 3 : nl + 1);
+    body = trim(body.substr(0, body.size() - 3));
+  }
+  if (body.empty() || body.front() != '{') return false;
+  const nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("arguments")) return false;  // a JSON answer is not a call
+  std::string error;
+  return parse_tool_call(body, name, arguments_json, &error);
+}
+
 std::map<std::string, double> default_pause_priors() {
   return {{"math", 9e-5}, {"qa", 0.69}, {"ve", 0.09}, {"chatbot", 28.6}, {"image", 20.03}, {"tts", 17.24}};
 }

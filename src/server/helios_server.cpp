@@ -17,7 +17,9 @@
 #include "helios/v1/helios.grpc.pb.h"
 #include "server/exit_options.h"
 #include "server/model_group.h"
+#include "server/openai_http.h"
 #include "server/request_convert.h"
+#include "server/session.h"
 
 namespace helios::server {
 namespace {
@@ -28,20 +30,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kServiceName = "helios.v1.Helios";
 
-grpc::Status to_grpc(const Status& s) {
-  switch (s.code()) {
-    case helios::StatusCode::kOk: return grpc::Status::OK;
-    case helios::StatusCode::kInvalidArgument: return {StatusCode::INVALID_ARGUMENT, s.message()};
-    case helios::StatusCode::kNotFound: return {StatusCode::NOT_FOUND, s.message()};
-    case helios::StatusCode::kAlreadyExists: return {StatusCode::ALREADY_EXISTS, s.message()};
-    case helios::StatusCode::kResourceExhausted: return {StatusCode::RESOURCE_EXHAUSTED, s.message()};
-    case helios::StatusCode::kUnavailable: return {StatusCode::UNAVAILABLE, s.message()};
-    case helios::StatusCode::kOutOfRange: return {StatusCode::OUT_OF_RANGE, s.message()};
-    case helios::StatusCode::kFailedPrecondition: return {StatusCode::FAILED_PRECONDITION, s.message()};
-    case helios::StatusCode::kUnimplemented: return {StatusCode::UNIMPLEMENTED, s.message()};
-    default: return {StatusCode::INTERNAL, s.message()};
-  }
-}
+grpc::Status to_grpc(const Status& s) { return to_grpc_status(s); }
 
 StatusOr<std::string> read_file(const std::string& path) {
   std::ifstream in(path);
@@ -61,7 +50,8 @@ GenerationUpdate cancelled_update() {
   return u;
 }
 
-class Service final : public v1::Helios::Service {
+// Session is a callback method (session.h says why); the others are synchronous.
+class Service final : public v1::Helios::WithCallbackMethod_Session<v1::Helios::Service> {
  public:
   explicit Service(ServerImpl& server) : server_(server) {}
   grpc::Status Generate(ServerContext* ctx, const v1::GenerateRequest* req,
@@ -72,8 +62,10 @@ class Service final : public v1::Helios::Service {
   grpc::Status ListModels(ServerContext* ctx, const v1::ListModelsRequest* req, v1::ListModelsResponse* resp) override;
   grpc::Status GetModelInfo(ServerContext* ctx, const v1::GetModelInfoRequest* req, v1::ModelInfo* resp) override;
   grpc::Status GetServerStatus(ServerContext* ctx, const v1::GetServerStatusRequest* req, v1::ServerStatus* resp) override;
+  grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* Session(grpc::CallbackServerContext* ctx) override;
 
  private:
+  grpc::Status open_session(const v1::SessionOpen& open, OpenedSession* session);
   ServerImpl& server_;
 };
 
@@ -104,10 +96,29 @@ class ServerImpl final : public HeliosServer {
                          " (address in use, or not HOST:PORT?)");
     }
     set_health(false);
+    if (!config_.server.http_listen.empty()) {  // the OpenAI-compatible HTTP API (openai_http.h)
+      HttpServerAccess access;
+      access.find_target = [this](const std::string& name, grpc::Status* st) {
+        const Target t = find_target(name, st);
+        return HttpTarget{t.model, t.group};
+      };
+      access.models = [this] { return models(); };
+      access.groups = [this] { return groups(); };
+      access.state = [this] {
+        std::shared_lock lock(mu_);
+        return std::string(faulted_ ? "faulted" : state_ == ServerState::kServing ? "serving"
+                                              : state_ == ServerState::kLoading ? "loading" : "draining");
+      };
+      access.claim_request_id = [this](const std::string& id) { return claim_request_id(id); };
+      access.release_request_id = [this](const std::string& id) { release_request_id(id); };
+      access.count_error = [this] { count_error(); };
+      HELIOS_ASSIGN_OR_RETURN(http_, OpenAiHttpServer::start(config_, metrics_, std::move(access)));
+    }
     return ok_status();
   }
 
   int port() const override { return port_; }
+  int http_port() const override { return http_ ? http_->port() : 0; }
 
   void set_models(std::vector<std::unique_ptr<ServedModel>> models,
                   std::vector<std::unique_ptr<ModelGroup>> groups) override {
@@ -145,6 +156,7 @@ class ServerImpl final : public HeliosServer {
       for (auto& m : models_) m->engine->abort_all("the server shut down before this request finished");
       for (auto& g : groups_) g->abort_all("the server shut down before this request finished");
     }
+    if (http_) http_->stop();  // its streams' last chunks written, then no more connections
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
     server_->Wait();
     std::unique_lock lock(mu_);
@@ -153,7 +165,7 @@ class ServerImpl final : public HeliosServer {
   }
 
   // --- used by the handlers
-  grpc::Status check_auth(ServerContext* ctx) const {
+  grpc::Status check_auth(const grpc::ServerContextBase* ctx) const {
     if (config_.server.api_keys.empty()) return grpc::Status::OK;
     const auto& md = ctx->client_metadata();
     std::string key;
@@ -268,6 +280,7 @@ class ServerImpl final : public HeliosServer {
   std::atomic<uint64_t> request_counter_{0};
   std::mutex ids_mu_;
   std::unordered_set<std::string> live_ids_;
+  std::unique_ptr<OpenAiHttpServer> http_;  // last: stopped before the models it serves go
 };
 
 // Holds a request id for the life of one Generate call.
@@ -380,6 +393,63 @@ grpc::Status Service::Abort(ServerContext* ctx, const v1::AbortRequest* req, v1:
   for (ServedModel* m : server_.models()) found = m->engine->abort(req->request_id()) || found;
   for (ModelGroup* g : server_.groups()) found = g->abort(req->request_id()) || found;
   resp->set_found(found);
+  return grpc::Status::OK;
+}
+
+grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* Service::Session(grpc::CallbackServerContext* ctx) {
+  return start_session(ctx, server_.check_auth(ctx), server_.config().intercepts.paused_idle_timeout_s,
+                       [this](const v1::SessionOpen& open, OpenedSession* s) { return open_session(open, s); });
+}
+
+// A session's open, as Generate opens a request: the target, a group's route, capacity, the
+// conversion (session.cpp adds the intercepts), the request id and submit.
+grpc::Status Service::open_session(const v1::SessionOpen& open, OpenedSession* s) {
+  const v1::GenerateRequest& req = open.request();
+  grpc::Status status;
+  const auto target = server_.find_target(req.model(), &status);
+  if (!target.model && !target.group) return status;
+  if (target.group) {
+    auto routed = target.group->route();
+    if (!routed.ok()) return to_grpc(routed.status());
+    s->group = target.group;
+    s->route = std::move(*routed);
+  }
+  ServedModel* m = s->route ? s->route->served.get() : target.model;
+  auto refuse = [&](const grpc::Status& st) {
+    if (s->route) target.group->on_update(*s->route, cancelled_update());
+    return st;
+  };
+  if (!m->engine->has_capacity()) {
+    server_.count_error();
+    return refuse({StatusCode::RESOURCE_EXHAUSTED, "the request queue is full; retry later"});
+  }
+  s->limits = RequestLimits{server_.config().limits, m->context_tokens, m->entry.early_exit};
+  auto prepared = prepare_session(open, *m->model, s->limits);
+  if (!prepared.ok()) return refuse(to_grpc(prepared.status()));
+  GenerationRequest& request = prepared->request;
+  if (s->route) {
+    request.exit = s->route->exit;
+    request.observe_exits = s->route->observe;
+  }
+  const std::string id = req.request_id().empty() ? server_.next_request_id() : req.request_id();
+  auto claim = std::make_shared<RequestIdClaim>(server_, id);
+  if (!claim->claimed()) return refuse({StatusCode::ALREADY_EXISTS, "request id '" + id + "' is already in use"});
+  request.client_id = id;
+  s->open_max_tokens = req.max_tokens();
+  s->prompt_tokens = static_cast<int32_t>(request.prompt.size());
+  auto stream = m->engine->submit(std::move(request));
+  if (!stream.ok()) {
+    server_.count_error();
+    return refuse(to_grpc(stream.status()));
+  }
+  s->id = id;
+  s->served = m;
+  s->model_name = m->entry.name;
+  s->stream = std::move(*stream);
+  s->turns = std::move(prepared->turns);
+  s->hold = std::move(claim);
+  s->count_error = [this] { server_.count_error(); };
+  spdlog::debug("{}: session opened on {}", id, s->model_name);
   return grpc::Status::OK;
 }
 
@@ -544,6 +614,34 @@ grpc::Status Service::GetModelInfo(ServerContext* ctx, const v1::GetModelInfoReq
   return grpc::Status::OK;
 }
 
+void fill_intercept_status(const std::string& model, const InterceptStats& st, v1::InterceptStatus* out) {
+  out->set_model(model);
+  out->set_default_hold(hold_policy_name(st.default_hold));
+  out->set_paused(st.paused);
+  out->set_paused_kv_bytes(st.paused_kv_bytes);
+  out->set_swapped_kv_bytes(st.swapped_kv_bytes);
+  out->set_intercepts_total(st.intercepts_total);
+  for (const auto& [key, count] : st.decisions) {
+    v1::HoldDecisionCount* d = out->add_decisions();
+    d->set_policy(key.first);
+    d->set_decision(key.second);
+    d->set_count(count);
+  }
+  out->set_waste_preserve_byte_seconds(st.waste_preserve);
+  out->set_waste_recompute_byte_seconds(st.waste_recompute);
+  out->set_waste_swap_byte_seconds(st.waste_swap);
+  out->set_kv_byte_seconds(st.kv_byte_seconds);
+  out->set_forward_seconds(st.forward_seconds);
+  out->set_recompute_seconds(st.recompute_seconds);
+  out->set_saturation_tokens(st.saturation_tokens);
+  out->set_copy_bytes_per_second(st.copy_bytes_per_second);
+  for (const auto& [tokens, seconds] : st.forward_profile) {
+    v1::ProfilePoint* p = out->add_forward_profile();
+    p->set_tokens(tokens);
+    p->set_seconds(seconds);
+  }
+}
+
 // The server's totals: every engine's queues, KV and counters added up.
 void add_engine_totals(const EngineStatus& e, v1::ServerStatus* resp) {
   resp->set_requests_waiting(resp->requests_waiting() + e.waiting);
@@ -560,6 +658,17 @@ void add_engine_totals(const EngineStatus& e, v1::ServerStatus* resp) {
   resp->set_generated_tokens_total(resp->generated_tokens_total() + e.generated_tokens_total);
 }
 
+void fill_prefix_cache_status(const PrefixCacheStats& c, v1::PrefixCacheStatus* out) {
+  out->set_enabled(c.enabled);
+  out->set_cached_blocks(c.cached_blocks);
+  out->set_query_tokens(c.query_tokens);
+  out->set_hit_tokens(c.hit_tokens);
+  out->set_hit_rate(c.query_tokens > 0 ? static_cast<double>(c.hit_tokens) / c.query_tokens : 0.0);
+  out->set_query_blocks(c.query_blocks);
+  out->set_hit_blocks(c.hit_blocks);
+  out->set_evictions(c.evictions);
+}
+
 grpc::Status Service::GetServerStatus(ServerContext* ctx, const v1::GetServerStatusRequest*, v1::ServerStatus* resp) {
   if (grpc::Status s = server_.check_auth(ctx); !s.ok()) return s;
   const ServerState state = server_.state();
@@ -572,10 +681,15 @@ grpc::Status Service::GetServerStatus(ServerContext* ctx, const v1::GetServerSta
     model->set_requests_total(e.requests_total);
     model->set_generated_tokens_total(e.generated_tokens_total);
     fill_early_exit_stats(*m, e, model->mutable_early_exit());
+    fill_prefix_cache_status(e.prefix_cache, model->mutable_prefix_cache());
+    fill_intercept_status(m->entry.name, e.intercepts, resp->add_intercepts());
   }
   for (ModelGroup* g : server_.groups()) {
     const GroupStatusSnapshot gs = g->status();
-    for (const LoadedEngineStatus& le : gs.engines) add_engine_totals(le.engine, resp);
+    for (const LoadedEngineStatus& le : gs.engines) {
+      add_engine_totals(le.engine, resp);
+      fill_intercept_status(le.model, le.engine.intercepts, resp->add_intercepts());  // a group's engines too
+    }
     fill_group_status(gs, resp->add_groups());
   }
   resp->set_uptime_seconds(server_.uptime());

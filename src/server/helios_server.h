@@ -26,6 +26,9 @@ class HeliosServer {
                                                       MetricsRegistry& metrics);
   virtual ~HeliosServer() = default;
   virtual int port() const = 0;
+  // The OpenAI-compatible HTTP API's port (server.http_listen; port 0 there = any free one);
+  // 0 when it is off.
+  virtual int http_port() const = 0;
   // Hands over the loaded models and model groups and starts serving them (health → SERVING).
   virtual void set_models(std::vector<std::unique_ptr<ServedModel>> models,
                           std::vector<std::unique_ptr<ModelGroup>> groups = {}) = 0;

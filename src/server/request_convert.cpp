@@ -59,8 +59,40 @@ StatusOr<std::vector<TokenId>> chat_prompt(const Tokenizer& tok, const ChatReque
 
 }  // namespace
 
+StatusOr<ChatRequest> to_chat_request(const v1::Conversation& conversation, const std::string& tools_json) {
+  const auto& messages = conversation.messages();
+  if (messages.empty()) return field_error("conversation.messages", "is empty");
+  ChatRequest chat;
+  chat.tools_json = tools_json;
+  for (int i = 0; i < messages.size(); ++i) {
+    const v1::ChatMessage& m = messages[i];
+    const std::string field = "conversation.messages[" + std::to_string(i) + "]";
+    const std::string& role = m.role();
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+      return field_error(field + ".role", "is '" + role + "'; valid: system, user, assistant, tool");
+    }
+    if (!m.tool_calls_json().empty() && role != "assistant") {
+      return field_error(field + ".tool_calls_json", "is only for assistant messages (this one is '" + role + "')");
+    }
+    if ((!m.tool_call_id().empty() || !m.name().empty()) && role != "tool") {
+      return field_error(field + (m.name().empty() ? ".tool_call_id" : ".name"),
+                         "is only for tool messages (this one is '" + role + "')");
+    }
+    ChatMessage message(role, m.content());
+    message.tool_calls_json = m.tool_calls_json();
+    message.tool_call_id = m.tool_call_id();
+    message.name = m.name();
+    chat.messages.push_back(std::move(message));
+  }
+  return chat;
+}
+
 StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& request,
-                                                  const Model& model, const RequestLimits& limits) {
+                                                  const Model& model, const RequestLimits& limits,
+                                                  const std::string& tools_json) {
+  if (!tools_json.empty() && request.input_case() != v1::GenerateRequest::kConversation && !request.chat()) {
+    return field_error("tools_json", "needs a conversation (or chat text): tools are for the chat template");
+  }
   GenerationRequest out;
   const Tokenizer& tok = model.tokenizer();
   const int32_t n_vocab = model.config().n_vocab;
@@ -107,6 +139,7 @@ StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& req
       if (request.chat()) {
         ChatRequest chat;
         chat.messages.push_back({"user", request.text()});
+        chat.tools_json = tools_json;
         HELIOS_ASSIGN_OR_RETURN(out.prompt, chat_prompt(tok, chat, "text"));
       } else {
         out.prompt = tok.encode(request.text(), /*add_special=*/true, /*parse_special=*/false);
@@ -114,17 +147,7 @@ StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& req
       break;
     }
     case v1::GenerateRequest::kConversation: {
-      const auto& messages = request.conversation().messages();
-      if (messages.empty()) return field_error("conversation.messages", "is empty");
-      ChatRequest chat;
-      for (int i = 0; i < messages.size(); ++i) {
-        const std::string& role = messages[i].role();
-        if (role != "system" && role != "user" && role != "assistant") {
-          return field_error("conversation.messages[" + std::to_string(i) + "].role",
-                             "is '" + role + "'; valid: system, user, assistant");
-        }
-        chat.messages.push_back({role, messages[i].content()});
-      }
+      HELIOS_ASSIGN_OR_RETURN(ChatRequest chat, to_chat_request(request.conversation(), tools_json));
       HELIOS_ASSIGN_OR_RETURN(out.prompt, chat_prompt(tok, chat, "conversation.messages"));
       break;
     }

@@ -9,6 +9,8 @@ report is complete and consistent.
 2. --address (a heliosd started by the test) with --max-concurrency and --max-seconds: the deadline
    cuts the run; cancelled streams count as failed, unsent requests as not sent; the server frees
    every KV block afterwards.
+3. --backend openai: the same requests over heliosd's OpenAI-compatible HTTP API, with --config
+   (server samples over gRPC, tokens counted by heliosd) and with --url alone (any such server).
 
 Run: /usr/bin/python3 tests/bench/test_e2e_bench.py   (ctest: bench.e2e), with
   HELIOS_BINARY_DIR  the build folder holding heliosd and helios (default SOURCE/build)
@@ -179,6 +181,37 @@ class BenchE2ETest(unittest.TestCase):
             client.close()
         finally:
             self.assertEqual(server.stop(), 0)
+
+    def test_openai_backend(self):
+        out = WORK / "results3"
+        bench("--backend", "openai", "--config", str(WORK / "stories.yaml"), "--dataset", "synthetic",
+              "--input-len", "32", "--output-len", "24", "--num-prompts", "10", "--request-rate", "inf",
+              "--sample-interval-ms", "50", "--no-plots", "--result-dir", str(out), "--result-name", "http")
+        rep = json.loads((out / "http.json").read_text())
+        self.check_common(rep, ["inf"])
+        self.assertEqual(rep["targets"][0]["backend"], "openai")
+        self.assertTrue(rep["targets"][0]["url"].startswith("http://127.0.0.1:"))
+        s = rep["runs"][0]["summary"]
+        self.assertEqual((s["sent"], s["completed"]), (10, 10))
+        self.assertEqual(sum(rep["runs"][0]["exit_layer_histogram"].values()), s["total_output_tokens"])
+        # --url: heliosd's HTTP API known by its URL alone (prompt lengths from usage, no samples).
+        from helios_bench.server import ManagedServer
+        server = ManagedServer(config=str(WORK / "stories.yaml"), heliosd=str(HELIOSD), label="own", http=True).start()
+        try:
+            bench("--url", server.url, "--dataset", "synthetic", "--input-len", "16", "--output-len", "12",
+                  "--num-prompts", "6", "--no-plots", "--result-dir", str(out), "--result-name", "url")
+        finally:
+            self.assertEqual(server.stop(), 0)
+        from helios_bench.report import check_report
+        rep = json.loads((out / "url.json").read_text())
+        self.assertEqual(check_report(rep), [])
+        run = rep["runs"][0]
+        self.assertFalse(run["server_sampled"])
+        self.assertEqual(run["summary"]["completed"], 6)
+        for q in run["requests"]:
+            self.assertEqual(q["output_len"], 12)
+            self.assertEqual(q["server_prompt_tokens"], q["prompt_len"])
+            self.assertEqual(q["finish_reason"], "LENGTH")
 
 
 if __name__ == "__main__":

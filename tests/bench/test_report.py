@@ -316,7 +316,17 @@ class ConfigRewriteTest(unittest.TestCase):
         self.assertIn('server:\n  listen: "127.0.0.1:7"\n  metrics_listen: ""', out)
         self.assertIn('path: "/d/a.gguf"', out)
         out = rewrite_config("server:\n  drain_timeout_s: 5\nmodels:\n  - {name: a, path: /a}\n", Path("/d"), 7)
-        self.assertIn('server:\n  listen: "127.0.0.1:7"\n  metrics_listen: ""\n  drain_timeout_s: 5', out)
+        self.assertIn('server:\n  listen: "127.0.0.1:7"\n  metrics_listen: ""\n  http_listen: ""\n  drain_timeout_s: 5',
+                      out)
+
+    def test_rewrite_http_listen(self):
+        # Off for gRPC runs (configs/default.yaml turns it on at 127.0.0.1:8000), a free port for
+        # --backend openai.
+        text = "server:\n  listen: 0.0.0.0:50051\n  http_listen: 127.0.0.1:8000  # on\nmodels:\n  - {name: a, path: /a}\n"
+        self.assertIn('  http_listen: ""\n', rewrite_config(text, Path("/d"), 7))
+        self.assertIn('  http_listen: "127.0.0.1:9"\n', rewrite_config(text, Path("/d"), 7, http_port=9))
+        out = rewrite_config("models:\n  - {name: a, path: /a}\n", Path("/d"), 7, http_port=9)
+        self.assertIn('server:\n  listen: "127.0.0.1:7"\n  metrics_listen: ""\n  http_listen: "127.0.0.1:9"', out)
 
 
 if __name__ == "__main__":

@@ -635,6 +635,35 @@ class ApiTest(ServerTestCase):
         self.assertGreater(after.kv_blocks_total, 0)
         self.assertGreater(after.uptime_seconds, before.uptime_seconds)
 
+    def test_prefix_cache_serves_a_second_turn_and_changes_nothing(self):
+        # A first turn, then a second whose prompt is the first's prompt, output and more text:
+        # its whole blocks come from the cache, and it generates what it would without one.
+        first = generate(self.stub, model="smollm2", text="The history of the printing press begins", max_tokens=40,
+                         ignore_eos=True)
+        prompt = list(self.stub.Tokenize(pb.TokenizeRequest(model="smollm2", text="The history of the printing press begins",
+                                                            add_special=True)).token_ids)
+        second_prompt = prompt + first.ids + [13, 504, 1173]
+        cache = lambda: next(m.prefix_cache for m in self.server.status().models if m.name == "smollm2")
+        before = cache()
+        second = generate(self.stub, model="smollm2", token_ids=pb.TokenIds(ids=second_prompt), max_tokens=12,
+                          ignore_eos=True)
+        after = cache()
+        self.assertTrue(after.enabled)
+        self.assertGreaterEqual(after.hit_tokens - before.hit_tokens, 16 * ((len(second_prompt) - 1) // 16) - 16)
+        self.assertGreater(after.hit_rate, 0)
+        alone = Heliosd("NoCache", [("smollm2", SMOLLM2)], merge(self.CONFIG, {"engine": {"prefix_caching": False}}))
+        alone.start()
+        try:
+            again = generate(alone.stub, model="smollm2", token_ids=pb.TokenIds(ids=second_prompt), max_tokens=12,
+                             ignore_eos=True)
+            self.assertEqual(next(m.prefix_cache for m in alone.status().models).hit_tokens, 0)
+        finally:
+            alone.stop()
+        self.assertEqual(second.ids, again.ids)
+        text = subprocess.run([HELIOS, "status", "--address", f"127.0.0.1:{self.server.port}"], capture_output=True,
+                              text=True, timeout=RPC_TIMEOUT_S).stdout
+        self.assertIn("prefix cache:", text)
+
     def test_metrics_endpoint(self):
         generate(self.stub, text="Max liked to sing", max_tokens=4, ignore_eos=True)
         code, content_type, text = self.server.metrics()

@@ -509,3 +509,22 @@ TEST(InterceptMinWaste, EqualWasteKeepsTheGivenOrder) {
 
 }  // namespace
 }  // namespace helios
+
+namespace helios {
+namespace {
+
+TEST(InterceptBareToolCall, AFencedOrBareCallParsesAndAJsonAnswerDoesNot) {
+  std::string name, args;
+  EXPECT_TRUE(parse_bare_tool_call("  {\"name\": \"calc\", \"arguments\": {\"x\": 1}}\n", &name, &args));
+  EXPECT_EQ(name, "calc");
+  EXPECT_EQ(args, "{\"x\":1}");
+  EXPECT_TRUE(parse_bare_tool_call("```json\n{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 2}\"}\n```", &name, &args));
+  EXPECT_EQ(name, "f");
+  EXPECT_EQ(args, "{\"a\":2}");
+  EXPECT_FALSE(parse_bare_tool_call("{\"name\": \"f\"}", &name, &args));  // no arguments: an answer
+  EXPECT_FALSE(parse_bare_tool_call("The answer is {\"name\": 1}", &name, &args));
+  EXPECT_FALSE(parse_bare_tool_call("{not json", &name, &args));
+}
+
+}  // namespace
+}  // namespace helios
