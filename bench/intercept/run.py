@@ -35,6 +35,8 @@ def parse_args(argv=None):
     s.add_argument("--model-path", default=str(SOURCE_DIR / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
     s.add_argument("--model-name", default="", help="served name (default: from the file name)")
     s.add_argument("--kv-cache", default="128MiB", help="engine.kv_cache: small, so that paused KV competes")
+    s.add_argument("--prefix-caching", action="store_true",
+                   help="engine.prefix_caching on (off by default: every run replays the same prompts on one server)")
     s.add_argument("--kv-cache-type", default="auto")
     s.add_argument("--threads", type=int, default=2)
     s.add_argument("--backend", default="cpu")
@@ -96,6 +98,9 @@ def server_config(a, port_placeholder: str = "127.0.0.1:0") -> str:
         f"  max_seqs: {a.max_seqs}",
         "  queue_limit: 1024",
         f"  swap_space: {a.swap_space}",
+        # Off by default: one server serves every (policy, rate) run of the same prompts, and
+        # cached prefixes would carry over between them (and turn every discard into a cache hit).
+        f"  prefix_caching: {'true' if a.prefix_caching else 'false'}",
         "limits:",
         f"  max_tokens: {max(16, a.max_segment_tokens)}",
         f"  default_max_tokens: {max(16, a.max_segment_tokens)}",
@@ -260,7 +265,7 @@ def main(argv=None) -> int:
         "machine_info": machine_info(),
         "model": model, "model_path": a.model_path, "workload": a.workload,
         "config": {"rates": rates, "policies": policies, "n_requests": a.n_requests, "seed": a.seed,
-                   "kv_cache": a.kv_cache, "engine": f"{a.backend}, {a.threads} threads, max_seqs {a.max_seqs}, "
+                   "kv_cache": a.kv_cache, "prefix_caching": a.prefix_caching, "engine": f"{a.backend}, {a.threads} threads, max_seqs {a.max_seqs}, "
                    f"max_batched_tokens {a.max_batched_tokens}, kv {a.kv_cache_type}",
                    "server_config": config_text, "address": a.address or ""},
         "scaling": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(scaling).items()},
