@@ -73,7 +73,7 @@ max_level=$(tr ',' '\n' <<<"$LEVELS" | sort -n | tail -1)
 port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 step "starting llama-server on :$port ($max_level slots)"
 "$server_bin" -m "$root/$model_path" -t "$THREADS" -tb "$THREADS" --host 127.0.0.1 --port "$port" \
-  -np "$max_level" -c $((max_level * 512)) --no-webui > "$tmp/llama.log" 2>&1 &
+  --alias model -np "$max_level" -c $((max_level * 512)) --no-webui > "$tmp/llama.log" 2>&1 &
 llama_pid=$!
 for _ in $(seq 1 120); do
   curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
