@@ -68,12 +68,11 @@ void Engine::Impl::profile_for_intercepts() {
   }
   intercept_stats.default_hold = options.intercepts.default_hold;
   intercept_stats.copy_bytes_per_second = waste.copy_bytes_per_second;
-  intercept_stats.forward_profile = waste.forward.points();
-  intercept_stats.saturation_tokens = waste.forward.points().empty() ? 0 : waste.forward.saturation_tokens();
+  // The profile and S reach the status with every publish_queues(), Engine::start's included.
   if (!waste.forward.points().empty()) {
     spdlog::info("intercepts: forward {:.2f} ms at 1 token, {:.2f} ms at {}; saturation S = {} tokens; copies {:.2f} GB/s",
                  waste.forward.seconds(1) * 1e3, waste.forward.points().back().second * 1e3,
-                 waste.forward.points().back().first, intercept_stats.saturation_tokens,
+                 waste.forward.points().back().first, waste.forward.saturation_tokens(),
                  waste.copy_bytes_per_second / 1e9);
   }
 }
