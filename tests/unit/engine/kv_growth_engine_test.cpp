@@ -77,9 +77,14 @@ TEST(EngineKvGrowth, GrowsWhileRequestsRunAndTheyFinishAsOnTheLargerPool) {
   ASSERT_EQ(want.size(), 2u);
   EXPECT_EQ(roomy.engine->status().preemptions, 0);
 
-  // Control: on 6 blocks alone the two cannot both run to the end.
+  // Control: on 6 blocks alone the two cannot both run to the end. The loop is held inside the
+  // first request's first pass until the second has arrived, so the first cannot finish alone.
   OnLimited tight(6);
-  EXPECT_EQ(drain_ids(tight.submit_two()), want);
+  tight.backend.pause_at_matmul(1);
+  const auto tight_streams = tight.submit_two();
+  tight.backend.wait_until_paused();
+  tight.backend.resume();
+  EXPECT_EQ(drain_ids(tight_streams), want);
   EXPECT_GT(tight.engine->status().preemptions, 0) << "the small pool was meant to run short";
 
   // The same, but the pool grows to 16 a few passes in, while both requests hold blocks. The
