@@ -109,6 +109,9 @@ int64_t ref_activation_row_bytes(uint32_t weight_type, int32_t n_in);
 // xq[r] = quantize(x[r]) for r < n_rows.  x: [n_rows, n_in]; xq: [n_rows, activation_row_bytes]
 void ref_quantize_activations(uint32_t weight_type, const float* x, int32_t n_rows, int32_t n_in,
                               void* xq);
+// The same by the portable scalar code alone: the same bytes.
+void ref_quantize_activations_scalar(uint32_t weight_type, const float* x, int32_t n_rows, int32_t n_in,
+                                     void* xq);
 // y[r, o] = dot(w[o], xq[r]) for output rows o in [out_begin, out_end).
 //   w: [n_out, n_in] in weight_type blocks; xq from ref_quantize_activations; y: [n_rows, n_out]
 // Each row r is computed alone in a fixed order: its result does not depend on n_rows.

@@ -39,6 +39,35 @@ inline float sum_lanes_avx2(__m256 acc) {
   x = _mm_add_ss(x, _mm_movehdup_ps(x));
   return _mm_cvtss_f32(x);
 }
+// The largest of 8 floats.
+inline float max_lanes_avx2(__m256 v) {
+  __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_max_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
+// The sum of 8 int32 lanes.
+inline int32_t sum_epi32_avx2(__m256i v) {
+  __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(1, 0, 3, 2)));
+  x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(x);
+}
+// 32 floats times `scale`, rounded half to even (as nearbyint in the default rounding mode), as
+// int32 in q[0..3] (8 each, in order).
+inline void round_scaled_avx2(const float* x, float scale, __m256i q[4]) {
+  const __m256 s = _mm256_set1_ps(scale);
+  for (int i = 0; i < 4; ++i)
+    q[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * i), s),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+// 32 int32 values (each within int8) stored as 32 bytes, in order.
+inline void store_int8x32_avx2(const __m256i q[4], int8_t* out) {
+  const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+  // the packs work per 128-bit half: put the 4-byte groups back in order
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
+                      _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
 // 16 bytes of packed nibbles → 32 bytes: low nibbles first, then high nibbles.
 inline __m256i nibbles_avx2(const uint8_t* qs) {
   const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
@@ -120,7 +149,7 @@ struct ScalarDot {
 // --- The K-quant products (quant_matmul_k.cpp).
 // Q8_K activations, as llama.cpp's quantize_row_q8_K: d = max/−127 of the value of largest
 // magnitude, q = round-half-even(x·(−127/max)) (≤ 127), bsums per 16.
-void quantize_q8_k(const float* x, BlockQ8_K* y, int nb);
+void quantize_q8_k(const float* x, BlockQ8_K* y, int nb, bool vector);
 // y as matmul_tiles for Q4_K, Q5_K and Q6_K weights; `vector`: the AVX2 code where this build has
 // it, else the scalar reference. False for other types.
 bool matmul_k_quant(uint32_t weight_type, bool vector, const void* w, const void* xq, int nb,

@@ -23,7 +23,7 @@ int block_values(uint32_t weight_type) { return is_k_quant(weight_type) ? kQKK :
 
 // One block's scale and rounded values, as llama.cpp's x86 path computes them: d = amax/127
 // stored as fp16, q = round-half-even(x · 127/amax).
-int quantize_block(const float* x, int8_t* q, float* d_out) {
+int quantize_block_scalar(const float* x, int8_t* q, float* d_out) {
   float amax = 0;
   for (int j = 0; j < kQK; ++j) amax = std::fmax(amax, std::fabs(x[j]));
   const float d = amax / 127.0f;
@@ -36,6 +36,22 @@ int quantize_block(const float* x, int8_t* q, float* d_out) {
   *d_out = d;
   return sum;
 }
+
+#if HELIOS_QUANT_AVX2
+// The same block 8 floats at a time: the maximum is exact in any order, and the products and
+// their rounding are the scalar code's, value by value.
+int quantize_block_avx2(const float* x, int8_t* q, float* d_out) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 m = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + 8 * i), abs_mask));
+  const float amax = quant::max_lanes_avx2(m);
+  __m256i v[4];
+  quant::round_scaled_avx2(x, amax != 0.0f ? 127.0f / amax : 0.0f, v);
+  quant::store_int8x32_avx2(v, q);
+  *d_out = amax / 127.0f;
+  return quant::sum_epi32_avx2(_mm256_add_epi32(_mm256_add_epi32(v[0], v[1]), _mm256_add_epi32(v[2], v[3])));
+}
+#endif
 
 // --- Scalar reference: each block's 32 products in 8 lanes (Lanes), the minimum of Q4_1/Q5_1
 // times the activation block's sum s = d·Σq accumulated apart with a fused multiply-add.
@@ -137,6 +153,7 @@ struct Unpacked {
   struct alignas(32) Bytes { int8_t v[32]; };
   const Bytes* qs;
   const float *ds, *ms;
+  const float* ms_by_block;  // weights: the minimums of the (up to 4) rows block by block, [b][4]
   int stride;
 
   static constexpr int kGroup = 8;  // the tile forms this many blocks' scales at a time
@@ -153,7 +170,7 @@ struct Unpacked {
 struct UnpackedRows {
   int stride = 0;
   std::vector<Unpacked::Bytes> qs;
-  std::vector<float> ds, ms;
+  std::vector<float> ds, ms, ms_by_block;
 
   template <typename B, typename Values>
   void unpack(const B* blocks, int32_t rows, int nb, Values values) {
@@ -175,10 +192,17 @@ struct UnpackedRows {
       }
       for (int b = nb; b < stride; ++b) ds[at + b] = 0;
     }
+    if constexpr (requires { blocks[0].m; }) {
+      if (rows <= 4) {
+        ms_by_block.assign(static_cast<size_t>(nb) * 4, 0.0f);
+        for (int32_t r = 0; r < rows; ++r)
+          for (int b = 0; b < nb; ++b) ms_by_block[4 * b + r] = ms[static_cast<size_t>(r) * stride + b];
+      }
+    }
   }
   Unpacked from(int32_t row) const {
     const size_t at = static_cast<size_t>(row) * stride;
-    return {qs.data() + at, ds.data() + at, ms.data() + at, stride};
+    return {qs.data() + at, ds.data() + at, ms.data() + at, ms_by_block.data(), stride};
   }
 };
 
@@ -199,6 +223,19 @@ struct BlockRows {
   }
 };
 
+// Σ_b m_w[k][b]·s_x[r][b] for the (up to 4) weight rows k and R activation rows of a tile, each
+// the scalar reference's chain of fused multiply-adds in block order, 4 weight rows per vector.
+template <int R>
+void min_sums(const Unpacked& w, const Unpacked& x, int nb, float (*out)[4]) {
+  __m128 sum[R];
+  for (int r = 0; r < R; ++r) sum[r] = _mm_setzero_ps();
+  for (int b = 0; b < nb; ++b) {
+    const __m128 m = _mm_load_ps(w.ms_by_block + 4 * b);
+    for (int r = 0; r < R; ++r) sum[r] = _mm_fmadd_ps(m, _mm_broadcast_ss(&x.ms[r * x.stride + b]), sum[r]);
+  }
+  for (int r = 0; r < R; ++r) _mm_store_ps(out[r], sum[r]);
+}
+
 // K weight rows against R activation rows, block by block. The integer lanes are the scalar
 // reference's: an offset comes off as offset·x per pair of products (exact, and cheaper than
 // moving signs; no 16-bit pair sum can saturate: weights at most 128 in size, activations at
@@ -208,7 +245,11 @@ struct BlockRows {
 // broadcasts from memory: the accumulators want the registers.
 template <typename T, int K, int R, typename WRows>
 void tile32(const WRows w, const Unpacked x, int nb, float* out) {
-  constexpr bool kMin = std::is_same_v<typename T::A, BlockQ8_1>;
+  // Unpacked weights take the minimum's sums in a loop of their own (min_sums), one 4-lane
+  // multiply-add per block and activation row: inside this loop they would take registers the
+  // accumulators need. Rows streamed from their blocks (K = 1) take them here.
+  constexpr bool kMin = std::is_same_v<typename T::A, BlockQ8_1> && WRows::kGroup == 1;
+  constexpr bool kMinApart = std::is_same_v<typename T::A, BlockQ8_1> && WRows::kGroup != 1;
   constexpr int G = WRows::kGroup;
   __m256 acc[R][K];
   __m128 sum_min[R][K];  // in lane 0: as a float, the compiler would pack them into an integer register
@@ -223,8 +264,10 @@ void tile32(const WRows w, const Unpacked x, int nb, float* out) {
     alignas(32) float scale[R][K][G];
     for (int k = 0; k < K; ++k)
       for (int r = 0; r < R; ++r) w.scales(k, b0, x, r, scale[r][k]);
-    const int n = nb - b0 < G ? nb - b0 : G;
-    for (int i = 0; i < n; ++i) {
+    // Whole groups: unpacked rows are padded to them with zero scales, and a zero product adds
+    // nothing (an accumulator that starts at +0 is never -0). A fixed count keeps the
+    // accumulators in registers from group to group.
+    for (int i = 0; i < G; ++i) {
       const int b = b0 + i;
       for (int r = 0; r < R; ++r) {
         const __m256i qx = x.q(r, b);
@@ -246,9 +289,13 @@ void tile32(const WRows w, const Unpacked x, int nb, float* out) {
       }
     }
   }
+  alignas(16) float mins[R][4] = {};
+  if constexpr (kMinApart) min_sums<R>(w, x, nb, mins);
   for (int r = 0; r < R; ++r) {
     for (int k = 0; k < K; ++k) {
-      out[r * K + k] = kMin ? sum_lanes_avx2(acc[r][k]) + _mm_cvtss_f32(sum_min[r][k]) : sum_lanes_avx2(acc[r][k]);
+      if constexpr (kMin) out[r * K + k] = sum_lanes_avx2(acc[r][k]) + _mm_cvtss_f32(sum_min[r][k]);
+      else if constexpr (kMinApart) out[r * K + k] = sum_lanes_avx2(acc[r][k]) + mins[r][k];
+      else out[r * K + k] = sum_lanes_avx2(acc[r][k]);
     }
   }
 }
@@ -261,8 +308,8 @@ void tile32(const WRows w, const Unpacked x, int nb, float* out) {
 template <typename T>
 void matmul_avx2(const void* w, const void* xq, int nb, int32_t n_rows, int32_t n_out, int32_t out_begin,
                  int32_t out_end, float* y) {
-  constexpr int K = 4, R = 2;
-  constexpr int32_t kStreamRows = std::is_same_v<typename T::A, BlockQ8_1> ? 12 : R;
+  constexpr int K = 4, R = 3;
+  constexpr int32_t kStreamRows = std::is_same_v<typename T::A, BlockQ8_1> ? 8 : R;
   thread_local UnpackedRows xs, ws;
   const auto* wb = static_cast<const typename T::W*>(w);
   const auto* xb = static_cast<const typename T::A*>(xq);
@@ -342,13 +389,18 @@ int64_t ref_activation_row_bytes(uint32_t weight_type, int32_t n_in) {
   return n_in / kQK * static_cast<int64_t>(uses_q8_1(weight_type) ? sizeof(BlockQ8_1) : sizeof(BlockQ8_0));
 }
 
-void ref_quantize_activations(uint32_t weight_type, const float* x, int32_t n_rows, int32_t n_in,
-                              void* xq) {
+namespace {
+
+void quantize_activations(uint32_t weight_type, bool vector, const float* x, int32_t n_rows, int32_t n_in, void* xq) {
   const int nb = n_in / block_values(weight_type);
+  auto quantize_block = quantize_block_scalar;
+#if HELIOS_QUANT_AVX2
+  if (vector) quantize_block = quantize_block_avx2;
+#endif
   for (int32_t r = 0; r < n_rows; ++r) {
     const float* xr = x + static_cast<int64_t>(r) * n_in;
     if (is_k_quant(weight_type)) {
-      quant::quantize_q8_k(xr, static_cast<BlockQ8_K*>(xq) + static_cast<int64_t>(r) * nb, nb);
+      quant::quantize_q8_k(xr, static_cast<BlockQ8_K*>(xq) + static_cast<int64_t>(r) * nb, nb, vector);
     } else if (uses_q8_1(weight_type)) {
       auto* out = static_cast<BlockQ8_1*>(xq) + static_cast<int64_t>(r) * nb;
       for (int b = 0; b < nb; ++b) {
@@ -366,6 +418,17 @@ void ref_quantize_activations(uint32_t weight_type, const float* x, int32_t n_ro
       }
     }
   }
+}
+
+}  // namespace
+
+void ref_quantize_activations(uint32_t weight_type, const float* x, int32_t n_rows, int32_t n_in, void* xq) {
+  quantize_activations(weight_type, true, x, n_rows, n_in, xq);
+}
+
+void ref_quantize_activations_scalar(uint32_t weight_type, const float* x, int32_t n_rows, int32_t n_in,
+                                     void* xq) {
+  quantize_activations(weight_type, false, x, n_rows, n_in, xq);
 }
 
 void ref_matmul_quantized(uint32_t weight_type, const void* w, const void* xq, int32_t n_rows,

@@ -232,7 +232,50 @@ struct DotQ6KAvx2 {
 
 }  // namespace
 
-void quantize_q8_k(const float* x, BlockQ8_K* y, int nb) {
+#if HELIOS_QUANT_AVX2
+// The same super-block 8 floats at a time: the largest magnitude first, then the first value
+// that has it (the scalar loop keeps the first on a tie), and the scalar code's products and
+// rounding value by value.
+void quantize_q8_k_avx2(const float* x, BlockQ8_K* y) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 m = _mm256_setzero_ps();
+  for (int j = 0; j < kQKK; j += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + j), abs_mask));
+  const float amax = max_lanes_avx2(m);
+  if (amax == 0) {
+    std::memset(y, 0, sizeof(BlockQ8_K));
+    return;
+  }
+  const __m256 target = _mm256_set1_ps(amax);
+  float max = 0;
+  for (int j = 0; j < kQKK; j += 8) {
+    const int hits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + j), abs_mask), target, _CMP_EQ_OQ));
+    if (hits) {
+      max = x[j + __builtin_ctz(static_cast<unsigned>(hits))];
+      break;
+    }
+  }
+  const float iscale = -127.0f / max;
+  const __m256i top = _mm256_set1_epi32(127);
+  for (int j = 0; j < kQKK; j += 32) {
+    __m256i v[4];
+    round_scaled_avx2(x + j, iscale, v);
+    for (auto& q : v) q = _mm256_min_epi32(q, top);
+    store_int8x32_avx2(v, y->qs + j);
+    y->bsums[j / 16] = static_cast<int16_t>(sum_epi32_avx2(_mm256_add_epi32(v[0], v[1])));
+    y->bsums[j / 16 + 1] = static_cast<int16_t>(sum_epi32_avx2(_mm256_add_epi32(v[2], v[3])));
+  }
+  y->d = 1.0f / iscale;
+}
+#endif
+
+void quantize_q8_k(const float* x, BlockQ8_K* y, int nb, bool vector) {
+#if HELIOS_QUANT_AVX2
+  if (vector) {
+    for (int b = 0; b < nb; ++b) quantize_q8_k_avx2(x + static_cast<int64_t>(b) * kQKK, y + b);
+    return;
+  }
+#endif
+  (void)vector;
   for (int b = 0; b < nb; ++b, x += kQKK) {
     float amax = 0, max = 0;
     for (int j = 0; j < kQKK; ++j) {

@@ -186,6 +186,30 @@ TEST_P(QuantMatmul, VectorCodeGivesTheScalarReferenceBitsForEveryBatchShape) {
   EXPECT_EQ(std::memcmp(tail.data(), &vector[n_out], tail.size() * 4), 0);
 }
 
+// The activations' rounding by the vector code, byte for byte as the scalar code rounds them:
+// normal values, outliers, a zero block, ties in magnitude of both signs (Q8_K keeps the first
+// value of the largest magnitude), values that round at exactly .5, and tiny and huge scales.
+TEST_P(QuantMatmul, VectorQuantizationGivesTheScalarBytes) {
+  const Case c = GetParam();
+  const auto type = static_cast<uint32_t>(c.weight);
+  const int32_t n_in = 1024, n_rows = 8;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n_rows * n_in);
+  for (auto& v : x) v = normal(rng);
+  std::fill(x.begin(), x.begin() + 256, 0.0f);                                 // row 0: a zero super-block
+  x[n_in + 3] = -4.0f, x[n_in + 9] = 4.0f;                                     // row 1: a tie, negative first
+  x[2 * n_in + 5] = 4.0f, x[2 * n_in + 40] = -4.0f;                            // row 2: a tie, positive first
+  for (int j = 0; j < 256; ++j) x[3 * n_in + j] = (j % 17 - 8) * 0.5f;          // row 3: halves, .5 ties
+  for (int j = 0; j < n_in; ++j) x[4 * n_in + j] *= 1e-30f, x[5 * n_in + j] *= 1e30f;  // rows 4, 5: scales
+  const int64_t x_row = kernels::ref_activation_row_bytes(type, n_in);
+  std::vector<uint8_t> scalar(n_rows * x_row, 0xAA), vector(n_rows * x_row, 0x55);
+  kernels::ref_quantize_activations_scalar(type, x.data(), n_rows, n_in, scalar.data());
+  kernels::ref_quantize_activations(type, x.data(), n_rows, n_in, vector.data());
+  for (int r = 0; r < n_rows; ++r)
+    EXPECT_EQ(std::memcmp(&scalar[r * x_row], &vector[r * x_row], x_row), 0) << tensor_type_name(c.weight) << ": row " << r;
+}
+
 // The tiled batch products (several weight rows × several activation rows per tile, the
 // weights unpacked once for a whole batch) against one activation row at a time and against the
 // scalar reference, bit for bit: for ragged batches, output sizes that leave every kind of edge
