@@ -190,11 +190,11 @@ struct UnpackedRows {
         if constexpr (requires { row[b].m; }) ms[at + b] = fp16_to_fp32(row[b].m);
         if constexpr (requires { row[b].s; }) ms[at + b] = fp16_to_fp32(row[b].s);
       }
-      for (int b = nb; b < stride; ++b) ds[at + b] = 0;
+      for (int b = nb; b < stride; ++b) ds[at + b] = ms[at + b] = 0;
     }
     if constexpr (requires { blocks[0].m; }) {
       if (rows <= 4) {
-        ms_by_block.assign(static_cast<size_t>(nb) * 4, 0.0f);
+        ms_by_block.assign(static_cast<size_t>(stride) * 4, 0.0f);
         for (int32_t r = 0; r < rows; ++r)
           for (int b = 0; b < nb; ++b) ms_by_block[4 * b + r] = ms[static_cast<size_t>(r) * stride + b];
       }
@@ -223,19 +223,6 @@ struct BlockRows {
   }
 };
 
-// Σ_b m_w[k][b]·s_x[r][b] for the (up to 4) weight rows k and R activation rows of a tile, each
-// the scalar reference's chain of fused multiply-adds in block order, 4 weight rows per vector.
-template <int R>
-void min_sums(const Unpacked& w, const Unpacked& x, int nb, float (*out)[4]) {
-  __m128 sum[R];
-  for (int r = 0; r < R; ++r) sum[r] = _mm_setzero_ps();
-  for (int b = 0; b < nb; ++b) {
-    const __m128 m = _mm_load_ps(w.ms_by_block + 4 * b);
-    for (int r = 0; r < R; ++r) sum[r] = _mm_fmadd_ps(m, _mm_broadcast_ss(&x.ms[r * x.stride + b]), sum[r]);
-  }
-  for (int r = 0; r < R; ++r) _mm_store_ps(out[r], sum[r]);
-}
-
 // K weight rows against R activation rows, block by block. The integer lanes are the scalar
 // reference's: an offset comes off as offset·x per pair of products (exact, and cheaper than
 // moving signs; no 16-bit pair sum can saturate: weights at most 128 in size, activations at
@@ -245,11 +232,7 @@ void min_sums(const Unpacked& w, const Unpacked& x, int nb, float (*out)[4]) {
 // broadcasts from memory: the accumulators want the registers.
 template <typename T, int K, int R, typename WRows>
 void tile32(const WRows w, const Unpacked x, int nb, float* out) {
-  // Unpacked weights take the minimum's sums in a loop of their own (min_sums), one 4-lane
-  // multiply-add per block and activation row: inside this loop they would take registers the
-  // accumulators need. Rows streamed from their blocks (K = 1) take them here.
-  constexpr bool kMin = std::is_same_v<typename T::A, BlockQ8_1> && WRows::kGroup == 1;
-  constexpr bool kMinApart = std::is_same_v<typename T::A, BlockQ8_1> && WRows::kGroup != 1;
+  constexpr bool kMin = std::is_same_v<typename T::A, BlockQ8_1>;
   constexpr int G = WRows::kGroup;
   __m256 acc[R][K];
   __m128 sum_min[R][K];  // in lane 0: as a float, the compiler would pack them into an integer register
@@ -264,10 +247,8 @@ void tile32(const WRows w, const Unpacked x, int nb, float* out) {
     alignas(32) float scale[R][K][G];
     for (int k = 0; k < K; ++k)
       for (int r = 0; r < R; ++r) w.scales(k, b0, x, r, scale[r][k]);
-    // Whole groups: unpacked rows are padded to them with zero scales, and a zero product adds
-    // nothing (an accumulator that starts at +0 is never -0). A fixed count keeps the
-    // accumulators in registers from group to group.
-    for (int i = 0; i < G; ++i) {
+    const int n = nb - b0 < G ? nb - b0 : G;
+    for (int i = 0; i < n; ++i) {
       const int b = b0 + i;
       for (int r = 0; r < R; ++r) {
         const __m256i qx = x.q(r, b);
@@ -289,27 +270,97 @@ void tile32(const WRows w, const Unpacked x, int nb, float* out) {
       }
     }
   }
-  alignas(16) float mins[R][4] = {};
-  if constexpr (kMinApart) min_sums<R>(w, x, nb, mins);
   for (int r = 0; r < R; ++r) {
     for (int k = 0; k < K; ++k) {
-      if constexpr (kMin) out[r * K + k] = sum_lanes_avx2(acc[r][k]) + _mm_cvtss_f32(sum_min[r][k]);
-      else if constexpr (kMinApart) out[r * K + k] = sum_lanes_avx2(acc[r][k]) + mins[r][k];
-      else out[r * K + k] = sum_lanes_avx2(acc[r][k]);
+      out[r * K + k] = kMin ? sum_lanes_avx2(acc[r][k]) + _mm_cvtss_f32(sum_min[r][k]) : sum_lanes_avx2(acc[r][k]);
     }
+  }
+}
+
+// tile32 over unpacked rows, written out for the compiler: each row's pointers held apart, each
+// block's activation rows loaded once and each weight row once for all of them, the minimum's
+// sums 4 weight rows to a vector, and a whole group's scales wd·xd formed before its 8 blocks.
+// The same arithmetic, in the same order, as tile32.
+template <typename T, int K, int R>
+void tile_unpacked(const Unpacked w, const Unpacked x, int nb, float* out) {
+  const __m256i* wq[K];
+  const float* wd[K];
+  const __m256i* xq[R];
+  const float* xd[R];
+  const float* xm[R];
+  for (int k = 0; k < K; ++k) {
+    wq[k] = reinterpret_cast<const __m256i*>(w.qs + static_cast<size_t>(k) * w.stride);
+    wd[k] = w.ds + static_cast<size_t>(k) * w.stride;
+  }
+  for (int r = 0; r < R; ++r) {
+    xq[r] = reinterpret_cast<const __m256i*>(x.qs + static_cast<size_t>(r) * x.stride);
+    xd[r] = x.ds + static_cast<size_t>(r) * x.stride;
+    xm[r] = x.ms + static_cast<size_t>(r) * x.stride;
+  }
+  constexpr bool kMin = std::is_same_v<typename T::A, BlockQ8_1>;
+  __m128 mins[R];  // lane k: Σ_b m_w[k][b]·s_x[r][b], the reference's chain in block order
+  for (int r = 0; r < R; ++r) mins[r] = _mm_setzero_ps();
+  __m256 acc[R][K];
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < K; ++k) acc[r][k] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  // One block's products into the accumulators, with its scales wd·xd in scale(r, k).
+  const auto block = [&](int b, auto scale) __attribute__((always_inline)) {
+    if constexpr (kMin) {
+      const __m128 m = _mm_load_ps(w.ms_by_block + 4 * b);
+      for (int r = 0; r < R; ++r) mins[r] = _mm_fmadd_ps(m, _mm_set1_ps(xm[r][b]), mins[r]);
+    }
+    __m256i qx[R], off[R];
+    for (int r = 0; r < R; ++r) {
+      qx[r] = _mm256_load_si256(xq[r] + b);
+      off[r] = T::kOffset ? _mm256_maddubs_epi16(_mm256_set1_epi8(T::kOffset), qx[r]) : _mm256_setzero_si256();
+    }
+    for (int k = 0; k < K; ++k) {
+      const __m256i qw = _mm256_load_si256(wq[k] + b);
+      for (int r = 0; r < R; ++r) {
+        __m256i pairs;
+        if constexpr (T::kSigned) {
+          pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx[r], qw));
+        } else {
+          pairs = _mm256_maddubs_epi16(qw, qx[r]);
+          if constexpr (T::kOffset != 0) pairs = _mm256_sub_epi16(pairs, off[r]);
+        }
+        const __m256 lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+        acc[r][k] = _mm256_fmadd_ps(_mm256_set1_ps(scale(r, k)), lanes, acc[r][k]);
+      }
+    }
+  };
+  // Whole groups of 8 blocks, their scales formed first, then the blocks left one by one.
+  const int whole = nb & ~(Unpacked::kGroup - 1);
+  for (int b0 = 0; b0 < whole; b0 += Unpacked::kGroup) {
+    alignas(32) float scale[R][K][Unpacked::kGroup];
+    for (int r = 0; r < R; ++r)
+      for (int k = 0; k < K; ++k)
+        _mm256_store_ps(scale[r][k], _mm256_mul_ps(_mm256_loadu_ps(wd[k] + b0), _mm256_loadu_ps(xd[r] + b0)));
+#pragma GCC unroll 8
+    for (int i = 0; i < Unpacked::kGroup; ++i) block(b0 + i, [&](int r, int k) { return scale[r][k][i]; });
+  }
+  for (int b = whole; b < nb; ++b) block(b, [&](int r, int k) { return wd[k][b] * xd[r][b]; });
+  if constexpr (kMin) {
+    alignas(16) float m[R][4];
+    for (int r = 0; r < R; ++r) _mm_store_ps(m[r], mins[r]);
+    for (int r = 0; r < R; ++r)
+      for (int k = 0; k < K; ++k) out[r * K + k] = sum_lanes_avx2(acc[r][k]) + m[r][k];
+  } else {
+    for (int r = 0; r < R; ++r)
+      for (int k = 0; k < K; ++k) out[r * K + k] = sum_lanes_avx2(acc[r][k]);
   }
 }
 
 // Tiles of 4 weight rows × 2 activation rows over unpacked rows: the activations unpacked once
 // per chunk, each group of weight rows once per chunk. A small batch (decode) takes the weights
 // as they stream in instead, one row at a time (interleaved rows defeat the prefetchers, and
-// unpacking them first would not overlap the reads with the products). The types with a minimum
-// pay for it pair by pair, so their unpacking pays off only on larger batches.
+// unpacking them first would not overlap the reads with the products).
 template <typename T>
 void matmul_avx2(const void* w, const void* xq, int nb, int32_t n_rows, int32_t n_out, int32_t out_begin,
                  int32_t out_end, float* y) {
-  constexpr int K = 4, R = 3;
-  constexpr int32_t kStreamRows = std::is_same_v<typename T::A, BlockQ8_1> ? 8 : R;
+  constexpr int K = 4, R = 2;
+  constexpr int32_t kStreamRows = R;
   thread_local UnpackedRows xs, ws;
   const auto* wb = static_cast<const typename T::W*>(w);
   const auto* xb = static_cast<const typename T::A*>(xq);
@@ -331,7 +382,7 @@ void matmul_avx2(const void* w, const void* xq, int nb, int32_t n_rows, int32_t 
         out_begin, out_end, r0, r1, [&](int32_t o, int k) { ws.unpack(wb + static_cast<int64_t>(o) * nb, k, nb, T::values); },
         [&]<int KT, int RT>(int32_t o, int32_t r) {
           float v[RT * KT];
-          tile32<T, KT, RT>(ws.from(0), xs.from(r - r0), nb, v);
+          tile_unpacked<T, KT, RT>(ws.from(0), xs.from(r - r0), nb, v);
           quant::store_tile<KT, RT>(v, o, r, n_out, y);
         });
   }
