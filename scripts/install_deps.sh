@@ -10,6 +10,7 @@ packages=(
   libspdlog-dev libyaml-cpp-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libcpp-httplib-dev
+  clang libclang-rt-14-dev llvm   # scripts/fuzz.sh: clang, libFuzzer, llvm-symbolizer
   python3 python3-pip python3-venv python3-grpcio python3-grpc-tools python3-matplotlib
 )
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "helios/early_exit.h"
@@ -59,7 +60,7 @@ struct ModelGroupConfig {
 };
 
 struct ServerConfig {
-  std::string listen = "0.0.0.0:50051";   // gRPC address
+  std::string listen = "127.0.0.1:50051";  // gRPC address; loopback unless configured otherwise
   std::string metrics_listen = "127.0.0.1:9090";  // Prometheus /metrics over HTTP; "" = off
   // OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models, /health);
   // "" = off. Off when the key is absent; configs/default.yaml turns it on at 127.0.0.1:8000.
@@ -69,6 +70,9 @@ struct ServerConfig {
   std::string tls_key_path;
   std::vector<std::string> api_keys;       // non-empty: calls must send "authorization: Bearer <key>"
   double drain_timeout_s = 30.0;           // on SIGTERM: how long in-flight streams may finish
+  // A model with work and no engine step completed for this long turns health NOT_SERVING until
+  // its steps resume; 0 = no watchdog.
+  double liveness_timeout_s = 60.0;
 };
 
 struct EngineConfig {
@@ -120,5 +124,14 @@ StatusOr<HeliosConfig> load_config(const std::string& path);  // NOT_FOUND if un
 
 // "512MiB", "2GB", "1073741824" → bytes.
 StatusOr<int64_t> parse_byte_size(const std::string& text);
+
+// Whether only this machine can connect to a listener on `address` (HOST:PORT): HOST is 127.x.x.x,
+// [::1], an IPv4-mapped 127.x.x.x or localhost. Wildcards (0.0.0.0, [::]), other addresses and
+// other host names (they may resolve to anything) are reachable from the network.
+bool is_loopback_address(std::string_view address);
+
+// The listeners that are on (gRPC, HTTP, metrics) and reachable from the network, each as
+// "server.listen 0.0.0.0:50051"; empty when every one is loopback or off.
+std::vector<std::string> network_listeners(const ServerConfig& server);
 
 }  // namespace helios

@@ -2,8 +2,8 @@
 // the scheduler picks the sequences and token counts, the model runs them as one batch, sampled
 // tokens go back to the scheduler and out to each request's stream.
 //
-// Thread-safety: submit(), abort(), grow_kv(), extend_layers(), status() and the streams are safe
-// from any thread; the loop owns the scheduler, the KV cache and the model.
+// Thread-safety: submit(), abort(), grow_kv(), extend_layers(), status(), progress() and the
+// streams are safe from any thread; the loop owns the scheduler, the KV cache and the model.
 #pragma once
 
 #include <chrono>
@@ -22,6 +22,7 @@
 #include "helios/config.h"
 #include "helios/early_exit.h"
 #include "helios/intercept.h"
+#include "helios/liveness.h"
 #include "helios/prefix_cache.h"
 #include "helios/metrics.h"
 #include "helios/model.h"
@@ -201,6 +202,9 @@ class Engine {
   Status extend_layers(LayerExtension extension);
   size_t n_live() const;
   EngineStatus status() const;
+  // Steps completed and work pending, from atomics: no lock, so a watchdog reads it whatever the
+  // loop is doing (helios/liveness.h).
+  EngineProgress progress() const;
   // Empty while the engine serves; after a backend error (a failed CUDA or cuBLAS call, say) the
   // error, and the engine refuses new requests with INTERNAL.
   std::string fault() const;

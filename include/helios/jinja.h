@@ -66,11 +66,13 @@ class Value {
   struct List {
     std::vector<Value> items;
     bool tuple = false;
-    int depth = 1;  // 1 + the deepest item's depth
+    int depth = 1;        // 1 + the deepest item's depth
+    int64_t n_parts = 1;  // 1 + its items' n_parts: what a walk over it visits (see parts())
   };
   struct Dict {
     std::vector<std::pair<Value, Value>> items;  // keys are strings or numbers, in insertion order
     int depth = 1;
+    int64_t n_parts = 1;
     const Value* find(const Value& key) const;
     const Value* find(std::string_view key) const;
   };
@@ -106,6 +108,9 @@ class Value {
   const std::shared_ptr<Object>& as_object() const { return std::get<std::shared_ptr<Object>>(v_); }
   const std::string& undefined_hint() const;
   int depth() const;  // how deeply lists and dicts nest in it: 0 for anything else
+  // The values in it, itself included, each counted as often as it is held: what printing or
+  // comparing it visits. Lists share their items, so [x, x] doubles it at the cost of one list.
+  int64_t parts() const;
 
  private:
   struct Undefined {

@@ -1,6 +1,8 @@
 // The interpreter: runs a parsed template over the caller's variables, statement by statement,
 // within the step, size and call-depth limits; Template::parse and Template::render.
+#include <algorithm>
 #include <unordered_map>
+#include <vector>
 
 #include "chat/ast.h"
 #include "chat/operators.h"
@@ -63,6 +65,11 @@ class Evaluator final : public Runtime {
     root_ = std::make_shared<Frame>();
     root_->parent = std::move(globals);
   }
+  // Cycles are broken first; the objects then go one by one (a long chain of namespaces, each
+  // still held here, is never freed recursively).
+  ~Evaluator() override {
+    for (const auto& object : tracked_) object->drop_references();
+  }
 
   Text run(const Body& body) {
     Text out;
@@ -86,6 +93,14 @@ class Evaluator final : public Runtime {
     }
   }
   Value call(const Value& callee, const Args& args) override;
+  void track(std::shared_ptr<Object> object) override {
+    if (tracked_.size() >= prune_at_) {
+      // Those only this list holds are garbage without a cycle: freed as the list grows.
+      std::erase_if(tracked_, [](const std::shared_ptr<Object>& o) { return o.use_count() == 1; });
+      prune_at_ = std::max<size_t>(1024, 2 * tracked_.size());
+    }
+    tracked_.push_back(std::move(object));
+  }
   const RenderOptions& options() const override { return options_; }
 
   Text call_macro(const Macro& macro, const Args& args);
@@ -153,6 +168,11 @@ class Evaluator final : public Runtime {
       Value v = eval_inner(e, frame);
       // Deeper values would make printing, comparing and freeing them recurse without bound.
       if (v.depth() > kMaxValueDepth) unsupported("lists and dicts nest deeper than " + std::to_string(kMaxValueDepth) + " levels");
+      // A list that holds another twice, nested n times, is 2^n values to print or compare.
+      if (v.parts() - 1 > options_.limits.max_steps) {
+        fail(StatusCode::kResourceExhausted, "a list or dict of more than " + std::to_string(options_.limits.max_steps) +
+                                                 " values, counting each time one is held (limit)");
+      }
       return v;
     } catch (Error& err) {
       if (err.line == 0) {
@@ -181,6 +201,8 @@ class Evaluator final : public Runtime {
   int64_t steps_ = 0;
   int32_t call_depth_ = 0;
   int32_t loop_depth_ = 0;
+  std::vector<std::shared_ptr<Object>> tracked_;  // see Runtime::track
+  size_t prune_at_ = 1024;
 };
 
 class Macro : public Callable {
@@ -191,6 +213,7 @@ class Macro : public Callable {
   Value call(Runtime& rt, const Args& args) override {
     return Value::string(static_cast<Evaluator&>(rt).call_macro(*this, args));
   }
+  void drop_references() override { scope_.reset(); }
   const Stmt* stmt_;
   std::shared_ptr<Frame> scope_;
 };
@@ -255,9 +278,12 @@ Flow Evaluator::exec_inner(const Stmt& s, const std::shared_ptr<Frame>& frame) {
     case Stmt::Kind::kFor: return exec_for(s, frame);
     case Stmt::Kind::kSet: exec_set(s, *frame); return Flow::kNormal;
     case Stmt::Kind::kSetBlock: frame->vars[s.targets[0]] = Value::string(capture(s.body, frame)); return Flow::kNormal;
-    case Stmt::Kind::kMacro:
-      frame->vars[s.targets[0]] = Value::object(std::make_shared<Macro>(&s, frame));
+    case Stmt::Kind::kMacro: {
+      auto macro = std::make_shared<Macro>(&s, frame);  // the frame holds it: a cycle
+      track(macro);
+      frame->vars[s.targets[0]] = Value::object(std::move(macro));
       return Flow::kNormal;
+    }
     case Stmt::Kind::kFilterBlock: {
       const Value body = Value::string(capture(s.body, frame));
       emit(to_text(eval_filter_chain(*s.expr, body, *frame)));

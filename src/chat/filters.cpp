@@ -165,10 +165,11 @@ Value round_value(const Value& v, const Args& args) {
   return Value::number(r / scale);
 }
 
-Value indent(const Value& v, const Args& args) {
+Value indent(Runtime& rt, const Value& v, const Args& args) {
   const Value* width = args.get(0, "width");
-  const std::string pad = width && width->is_string() ? width->as_string()
-                                                      : std::string(width && width->kind() == Value::Kind::kInt ? static_cast<size_t>(std::max<int64_t>(0, width->as_int())) : 4, ' ');
+  const size_t n_spaces = width && width->kind() == Value::Kind::kInt ? static_cast<size_t>(std::max<int64_t>(0, width->as_int())) : 4;
+  if (!(width && width->is_string())) rt.check_size(n_spaces);
+  const std::string pad = width && width->is_string() ? width->as_string() : std::string(n_spaces, ' ');
   const bool first = flag(args, 1, "first", false), blank = flag(args, 2, "blank", false);
   const std::string s = to_str(v);
   std::vector<std::string> lines;
@@ -176,8 +177,12 @@ Value indent(const Value& v, const Args& args) {
   for (size_t nl; (nl = s.find('\n', start)) != std::string::npos; start = nl + 1) lines.push_back(s.substr(start, nl - start));
   lines.push_back(s.substr(start));
   std::string out = lines[0];
-  for (size_t i = 1; i < lines.size(); ++i) out += "\n" + ((blank || !lines[i].empty()) ? pad + lines[i] : lines[i]);
+  for (size_t i = 1; i < lines.size(); ++i) {
+    out += "\n" + ((blank || !lines[i].empty()) ? pad + lines[i] : lines[i]);
+    rt.check_size(out.size());
+  }
   if (first) out = pad + out;
+  rt.check_size(out.size());
   return Value::string(derived(v, std::move(out)));
 }
 
@@ -216,7 +221,9 @@ Value tojson(Runtime& rt, const Value& v, const Args& args) {
   args.check("tojson", 4, {"ensure_ascii", "indent", "separators", "sort_keys"});
   if (flag(args, 99, "ensure_ascii", false)) unsupported("tojson(ensure_ascii=true) is not supported");
   const Value* indent_v = args.get(0, "indent");
-  const int indent_n = indent_v && indent_v->kind() == Value::Kind::kInt ? static_cast<int>(indent_v->as_int()) : -1;
+  const int64_t indent_arg = indent_v && indent_v->kind() == Value::Kind::kInt ? indent_v->as_int() : -1;
+  check_text_size(static_cast<size_t>(std::max<int64_t>(indent_arg, 0)));  // so it fits an int, too
+  const int indent_n = static_cast<int>(std::max<int64_t>(indent_arg, -1));
   std::string item_sep, key_sep;
   const Value* seps = args.get(99, "separators");
   if (seps && seps->kind() == Value::Kind::kList && seps->as_list().items.size() == 2) {
@@ -275,7 +282,7 @@ Value apply_filter(Runtime& rt, const std::string& name, const Value& v, const A
     return v.as_double() < 0 ? negate(v) : (v.kind() == Value::Kind::kBool ? Value::integer(v.as_bool()) : v);
   }
   if (name == "round") return round_value(v, args);
-  if (name == "indent") return indent(v, args);
+  if (name == "indent") return indent(rt, v, args);
   if (name == "replace") {
     const Value* old = args.get(0, "old");
     const Value* with = args.get(1, "new");

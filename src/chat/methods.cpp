@@ -45,6 +45,8 @@ class BoundMethod : public Callable {
   std::string name_;
 };
 
+constexpr int kMaxReprDepth = 64;
+
 class Namespace : public Object {
  public:
   std::string type_name() const override { return "Namespace"; }
@@ -64,14 +66,31 @@ class Namespace : public Object {
     attrs_.emplace_back(name, std::move(value));
     return true;
   }
+  // A namespace can hold itself (ns.a = ns) or a chain of others: inside itself, or nested
+  // deeper than kMaxReprDepth, it prints as Python prints a container inside itself.
   std::string repr() const override {
+    static thread_local int depth = 0;
+    if (printing_ || depth >= kMaxReprDepth) return "<Namespace {...}>";
     std::vector<std::pair<Value, Value>> items;
     for (const auto& [k, v] : attrs_) items.emplace_back(Value::string(Text::literal(k)), v);
+    struct Printing {
+      explicit Printing(bool* flag) : flag_(flag) {
+        *flag_ = true;
+        ++depth;
+      }
+      ~Printing() {
+        *flag_ = false;
+        --depth;
+      }
+      bool* flag_;
+    } printing(&printing_);
     return "<Namespace " + jinja::repr(Value::dict(std::move(items))) + ">";
   }
+  void drop_references() override { attrs_.clear(); }
 
  private:
   std::vector<std::pair<std::string, Value>> attrs_;
+  mutable bool printing_ = false;  // inside its own repr()
 };
 
 const std::set<std::string> kStringMethods = {
@@ -322,8 +341,9 @@ std::vector<std::pair<std::string, Value>> builtin_globals() {
   };
   return {
       fn("range", range),
-      fn("namespace", [](Runtime&, const Args& args) {
+      fn("namespace", [](Runtime& rt, const Args& args) {
         auto ns = std::make_shared<Namespace>();
+        rt.track(ns);
         if (const Value* init = args.get(0, nullptr); init && init->kind() == Value::Kind::kDict) {
           for (const auto& [k, v] : init->as_dict().items) ns->set_attribute(to_str(k), v);
         }

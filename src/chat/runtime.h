@@ -28,6 +28,9 @@ class Runtime {
   virtual void step() = 0;                         // one unit of work; fails past the step limit
   virtual void check_size(size_t n_bytes) = 0;     // fails when a string would pass the output limit
   virtual Value call(const Value& callee, const Args& args) = 0;
+  // An object that may end up in a reference cycle (a namespace holding itself, a macro stored in
+  // the scope it captures): its references are dropped when the render ends, so the cycle is freed.
+  virtual void track(std::shared_ptr<Object> object) = 0;
   virtual const RenderOptions& options() const = 0;
 };
 

@@ -105,22 +105,41 @@ Value Value::number(double d) { return of(d); }
 Value Value::string(Text text) { return of(std::make_shared<const Text>(std::move(text))); }
 Value Value::object(std::shared_ptr<Object> object) { return of(std::move(object)); }
 
+namespace {
+// Saturating: a value doubled 64 times must not wrap around to a small count.
+int64_t add_parts(int64_t a, int64_t b) { return a > INT64_MAX - b ? INT64_MAX : a + b; }
+}  // namespace
+
 Value Value::list(std::vector<Value> items, bool tuple) {
   int depth = 1;
-  for (const Value& item : items) depth = std::max(depth, item.depth() + 1);
-  return of(std::make_shared<const List>(List{std::move(items), tuple, depth}));
+  int64_t n_parts = 1;
+  for (const Value& item : items) {
+    depth = std::max(depth, item.depth() + 1);
+    n_parts = add_parts(n_parts, item.parts());
+  }
+  return of(std::make_shared<const List>(List{std::move(items), tuple, depth, n_parts}));
 }
 
 Value Value::dict(std::vector<std::pair<Value, Value>> items) {
   int depth = 1;
-  for (const auto& [k, item] : items) depth = std::max(depth, item.depth() + 1);
-  return of(std::make_shared<const Dict>(Dict{std::move(items), depth}));
+  int64_t n_parts = 1;
+  for (const auto& [k, item] : items) {
+    depth = std::max(depth, item.depth() + 1);
+    n_parts = add_parts(n_parts, add_parts(k.parts(), item.parts()));
+  }
+  return of(std::make_shared<const Dict>(Dict{std::move(items), depth, n_parts}));
 }
 
 int Value::depth() const {
   if (kind() == Kind::kList) return as_list().depth;
   if (kind() == Kind::kDict) return as_dict().depth;
   return 0;
+}
+
+int64_t Value::parts() const {
+  if (kind() == Kind::kList) return as_list().n_parts;
+  if (kind() == Kind::kDict) return as_dict().n_parts;
+  return 1;
 }
 
 double Value::as_double() const {
@@ -312,6 +331,13 @@ std::string string_repr(const std::string& s) {
 
 }  // namespace
 
+void check_text_size(size_t n_bytes) {
+  if (n_bytes > kMaxTextBytes) {
+    fail(StatusCode::kResourceExhausted,
+         "a printed or JSON value passed " + std::to_string(kMaxTextBytes) + " bytes (limit)");
+  }
+}
+
 std::string repr(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kString: return string_repr(v.as_string());
@@ -321,6 +347,7 @@ std::string repr(const Value& v) {
       for (size_t i = 0; i < list.items.size(); ++i) {
         if (i) out += ", ";
         out += repr(list.items[i]);
+        check_text_size(out.size());
       }
       if (list.tuple && list.items.size() == 1) out += ",";
       return out + (list.tuple ? ")" : "]");
@@ -332,6 +359,7 @@ std::string repr(const Value& v) {
         if (!first) out += ", ";
         first = false;
         out += repr(k) + ": " + repr(val);
+        check_text_size(out.size());
       }
       return out + "}";
     }

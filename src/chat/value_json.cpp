@@ -91,12 +91,14 @@ struct JsonWriter {
   std::string out;
 
   void newline(int level) {
+    check_text_size(out.size() + 1 + static_cast<size_t>(indent) * level);
     out += '\n';
     out.append(static_cast<size_t>(indent) * level, ' ');
   }
 
   void write(const Value& v, int level) {
     if (level > 256) unsupported("tojson: value nested more than 256 levels");
+    check_text_size(out.size());
     switch (v.kind()) {
       case Value::Kind::kNone: out += "null"; return;
       case Value::Kind::kBool: out += v.as_bool() ? "true" : "false"; return;

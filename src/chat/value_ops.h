@@ -30,6 +30,8 @@ class Object {
   virtual bool set_attribute(const std::string& name, Value value);  // only namespaces can
   virtual bool callable() const { return false; }
   virtual std::string repr() const { return "<" + type_name() + ">"; }
+  // Drops what it refers to (Runtime::track): namespaces and macros can refer back to themselves.
+  virtual void drop_references() {}
 };
 
 std::string type_name(const Value& v);  // Python's: 'str', 'int', 'list', 'dict', 'NoneType', ...
@@ -43,6 +45,10 @@ int compare(const Value& a, const Value& b);
 Text to_text(const Value& v);
 std::string to_str(const Value& v);  // the bytes of to_text
 std::string repr(const Value& v);
+// No repr or JSON text is longer (a list holding one big value many times is cheap to build but
+// not to print): longer ones fail with RESOURCE_EXHAUSTED as they pass it.
+inline constexpr size_t kMaxTextBytes = Limits{}.max_output_bytes;
+void check_text_size(size_t n_bytes);
 std::string python_float_repr(double d);
 
 // The items a for loop visits: a list's items, a dict's keys, a string's characters; undefined

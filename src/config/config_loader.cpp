@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <yaml-cpp/eventhandler.h>
+
 #include "config/sections.h"
 
 namespace helios {
@@ -25,6 +27,54 @@ Status syntax_error(const ConfigSource& source, const YAML::Mark& mark, const st
                           ":" + std::to_string(std::max(mark.column, 0) + 1) +
                           ": invalid YAML: " + what);
 }
+
+// Where each document of a YAML text starts (its root node), from yaml-cpp's event parser rather
+// than YAML::LoadAll: on a ',' outside [...] or {...}, yaml-cpp 0.7 reads the same empty document
+// again and again without moving on, and LoadAll collects them until memory runs out.
+class DocumentRoots : public YAML::EventHandler {
+ public:
+  explicit DocumentRoots(const std::string& text) {
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    while (parser.HandleNextDocument(*this)) {
+      if (starts_.size() >= 2 && starts_.back().pos == starts_[starts_.size() - 2].pos) {
+        stuck_ = true;
+        break;
+      }
+    }
+  }
+  bool stuck() const { return stuck_; }  // at starts().back()
+  const std::vector<YAML::Mark>& starts() const { return starts_; }
+  const std::vector<YAML::Mark>& roots() const { return roots_; }
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    starts_.push_back(mark);
+    want_root_ = true;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { node(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { node(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
+    node(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    node(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    node(mark);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void node(const YAML::Mark& mark) {
+    if (want_root_) roots_.push_back(mark);
+    want_root_ = false;
+  }
+  std::vector<YAML::Mark> starts_, roots_;
+  bool want_root_ = false;
+  bool stuck_ = false;
+};
 
 StatusOr<HeliosConfig> read_root(const ConfigSource& source, const YAML::Node& root) {
   const YAML::Mark file_start;  // 0:0, printed as 1:1
@@ -82,18 +132,22 @@ StatusOr<HeliosConfig> parse_config(const std::string& yaml_text, const std::str
   const ConfigSource source{file_name,
                             std::filesystem::path(file_name).parent_path().string()};
   try {
-    std::vector<YAML::Node> documents;
+    YAML::Node root;
     try {
-      documents = YAML::LoadAll(yaml_text);
+      const DocumentRoots documents(yaml_text);
+      if (documents.stuck()) {
+        return syntax_error(source, documents.starts().back(), "',' outside a flow collection ([...] or {...})");
+      }
+      if (documents.roots().size() > 1) {
+        return syntax_error(source, documents.roots()[1],
+                            "a config is one YAML document, but this file has " +
+                                std::to_string(documents.roots().size()) + " (separated by '---')");
+      }
+      root = YAML::Load(yaml_text);  // the one document
     } catch (const YAML::ParserException& e) {
       return syntax_error(source, e.mark, e.msg);
     }
-    if (documents.size() > 1) {
-      return syntax_error(source, documents[1].Mark(),
-                          "a config is one YAML document, but this file has " +
-                              std::to_string(documents.size()) + " (separated by '---')");
-    }
-    return read_root(source, documents.empty() ? YAML::Node() : documents.front());
+    return read_root(source, root);
   } catch (const YAML::Exception& e) {
     // The readers use only checked accessors; this is a bug, but still not a crash.
     return internal_error(source.file_name + ":" + std::to_string(e.mark.line + 1) + ":" +

@@ -1,6 +1,12 @@
-// server: listen, metrics_listen, http_listen, http_threads, tls {cert, key}, api_keys, drain_timeout_s.
+// server: listen, metrics_listen, http_listen, http_threads, tls {cert, key}, api_keys, drain_timeout_s,
+// liveness_timeout_s; and which listeners are reachable from the network (heliosd warns about them
+// without API keys).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <cctype>
+#include <utility>
 
 #include "config/sections.h"
 
@@ -93,7 +99,7 @@ Status read_server_config(const ConfigSource& source, const YAML::Node& node,
       MapReader server,
       MapReader::open(source, node, where, "server",
                       {"listen", "metrics_listen", "http_listen", "http_threads", "tls", "api_keys",
-                       "drain_timeout_s"}));
+                       "drain_timeout_s", "liveness_timeout_s"}));
 
   HELIOS_RETURN_IF_ERROR(server.read_string("listen", &out->listen));
   if (std::string problem = host_port_problem(out->listen); !problem.empty()) {
@@ -146,7 +152,47 @@ Status read_server_config(const ConfigSource& source, const YAML::Node& node,
     return server.error("drain_timeout_s", "must be at least 0 seconds, got " +
                                                server.value("drain_timeout_s").Scalar());
   }
+
+  HELIOS_RETURN_IF_ERROR(server.read_double("liveness_timeout_s", &out->liveness_timeout_s));
+  if (!(out->liveness_timeout_s >= 0) || out->liveness_timeout_s > 86400) {
+    return server.error("liveness_timeout_s", "must be in 0..86400 seconds (0 = no liveness watchdog), got " +
+                                                  server.value("liveness_timeout_s").Scalar());
+  }
   return ok_status();
 }
 
 }  // namespace helios::config_detail
+
+namespace helios {
+
+bool is_loopback_address(std::string_view address) {
+  const size_t colon = address.rfind(':');
+  std::string host(address.substr(0, colon == std::string_view::npos ? address.size() : colon));
+  std::transform(host.begin(), host.end(), host.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (host == "localhost") return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    const std::string inside = host.substr(1, host.size() - 2);
+    in6_addr v6{};
+    if (inet_pton(AF_INET6, inside.c_str(), &v6) != 1) return false;
+    if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+  }
+  return false;  // another host name: it may resolve to any address
+}
+
+std::vector<std::string> network_listeners(const ServerConfig& server) {
+  std::vector<std::string> out;
+  const std::pair<const char*, const std::string*> listeners[] = {
+      {"server.listen", &server.listen},
+      {"server.http_listen", &server.http_listen},
+      {"server.metrics_listen", &server.metrics_listen}};
+  for (const auto& [key, address] : listeners) {
+    if (!address->empty() && !is_loopback_address(*address)) out.push_back(std::string(key) + " " + *address);
+  }
+  return out;
+}
+
+}  // namespace helios

@@ -7,13 +7,19 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "helios/config.h"
 #include "helios/metrics.h"
 #include "server/helios_server.h"
 #include "server/model_group.h"
+#if defined(HELIOS_FAULT_INJECTION)
+#include "backend/fault_backend.h"
+#endif
 
 namespace {
 
@@ -74,6 +80,18 @@ void setup_logging(const helios::LoggingConfig& logging) {
   }
 }
 
+// Without API keys, anyone who can reach a non-loopback listener can use the server.
+void warn_if_open_to_network(const helios::ServerConfig& server) {
+  if (!server.api_keys.empty()) return;
+  const std::vector<std::string> exposed = helios::network_listeners(server);
+  if (exposed.empty()) return;
+  std::string listeners;
+  for (const std::string& l : exposed) listeners += (listeners.empty() ? "" : ", ") + l;
+  spdlog::warn("open to the network without API keys ({}): anyone who can connect may use this server; "
+               "set server.api_keys or listen on 127.0.0.1 (loopback)",
+               listeners);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -114,6 +132,30 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  // Test builds: HELIOS_FAULTS makes each model's backend fail on purpose (backend/fault_backend.h).
+  helios::server::BackendWrapper wrap_backend;
+  std::function<void()> arm_faults;
+  std::string faults_warning;
+  if (const char* spec = std::getenv("HELIOS_FAULTS"); spec && *spec) {
+#if defined(HELIOS_FAULT_INJECTION)
+    auto plan = helios::parse_fault_plan(spec);
+    if (!plan.ok()) {
+      std::fprintf(stderr, "heliosd: HELIOS_FAULTS='%s': %s\n", spec, plan.status().message().c_str());
+      return 2;
+    }
+    faults_warning = "FAULT INJECTION ACTIVE (HELIOS_FAULTS='" + std::string(spec) + "': " + plan->describe() +
+                     "): this server fails on purpose; it is for tests, never for serving";
+    auto trigger = std::make_shared<helios::FaultTrigger>();
+    wrap_backend = [plan = *plan, trigger](std::unique_ptr<helios::Backend> b) {
+      return helios::make_fault_backend(std::move(b), plan, trigger);
+    };
+    arm_faults = [trigger] { trigger->armed = true; };
+#else
+    faults_warning = "HELIOS_FAULTS is set but this heliosd has no fault injection (built with "
+                     "HELIOS_FAULT_INJECTION=OFF): ignored";
+#endif
+  }
+
   // Signals are taken by one thread with sigwait(); block them before any thread starts.
   sigset_t signals;
   sigemptyset(&signals);
@@ -122,6 +164,8 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   setup_logging(config->logging);
+  if (!faults_warning.empty()) spdlog::warn("{}", faults_warning);
+  warn_if_open_to_network(config->server);
   helios::MetricsRegistry metrics;
   std::unique_ptr<helios::MetricsHttpServer> metrics_server;
   if (!config->server.metrics_listen.empty()) {
@@ -147,7 +191,8 @@ int main(int argc, char** argv) {
     helios::server::HeliosServer* srv = server->get();
     auto served = helios::server::load_served_model(
         entry, config->engine, config->models.size(), metrics,
-        [srv, name = entry.name](const std::string& error) { srv->report_fault(name, error); }, config->intercepts);
+        [srv, name = entry.name](const std::string& error) { srv->report_fault(name, error); }, config->intercepts,
+        wrap_backend);
     if (!served.ok()) {
       spdlog::error("cannot load model '{}': {}", entry.name, served.status().message());
       (*server)->drain_and_stop(0);
@@ -168,6 +213,7 @@ int main(int argc, char** argv) {
     }
     groups.push_back(std::move(*loaded));
   }
+  if (arm_faults) arm_faults();  // loading and start-up profiles are done: count from here
   (*server)->set_models(std::move(models), std::move(groups));
   spdlog::info("serving");
 

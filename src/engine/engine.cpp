@@ -28,6 +28,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::start(Model& model, const EngineOption
   impl->snapshot.n_params = model.weights().n_params;
   impl->exit_layer_counts.assign(model.n_layers_loaded() + 1, 0);
   impl->snapshot.exit_layer_counts = impl->exit_layer_counts;
+  impl->last_step_ns = Clock::now().time_since_epoch().count();
   // Before the loop starts, so that the first requests see a measured profile: the copy
   // bandwidth always, the forward time by batch tokens when configured.
   impl->profile_for_intercepts();
@@ -71,6 +72,7 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::submit(GenerationRequest reques
     impl_->client_ids[request.client_id] = true;
     ++impl_->requests_total;
     impl_->incoming.emplace_back(std::move(request), stream);
+    impl_->work.fetch_add(1, std::memory_order_relaxed);
   }
   impl_->cv.notify_all();
   return stream;
@@ -161,6 +163,14 @@ EngineStatus Engine::status() const {
   return impl_->snapshot;
 }
 
+EngineProgress Engine::progress() const {
+  EngineProgress p;
+  p.steps = impl_->steps_done.load(std::memory_order_acquire);
+  p.last_step = Clock::time_point(Clock::duration(impl_->last_step_ns.load(std::memory_order_acquire)));
+  p.work = impl_->work.load(std::memory_order_relaxed);
+  return p;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The loop
 
@@ -207,6 +217,7 @@ void Engine::Impl::end_all(const std::string& reason, StatusCode code) {
     std::lock_guard<std::mutex> lock(mu);
     queued.swap(incoming);
     for (const auto& [request, stream] : queued) client_ids.erase(request.client_id);
+    work.fetch_sub(static_cast<int32_t>(queued.size()), std::memory_order_relaxed);
   }
   for (auto& [request, stream] : queued) {
     GenerationUpdate u;
@@ -308,6 +319,8 @@ void Engine::Impl::step() {
   publish_prefix_blocks(out);
   account_step(out, forward_seconds);
   publish_step(out, std::max(1e-9, std::chrono::duration<double>(Clock::now() - t0).count()));
+  last_step_ns.store(Clock::now().time_since_epoch().count(), std::memory_order_release);
+  steps_done.fetch_add(1, std::memory_order_release);
 }
 
 void Engine::Impl::publish_prefix_blocks(const SchedulerOutput& out) {
@@ -410,6 +423,8 @@ void Engine::Impl::publish_queues() {
     snapshot.waiting = static_cast<int32_t>(scheduler.n_waiting());
     snapshot.running = static_cast<int32_t>(scheduler.n_running());
     snapshot.swapped = static_cast<int32_t>(scheduler.n_swapped());
+    work.store(snapshot.waiting + snapshot.running + snapshot.swapped + static_cast<int32_t>(incoming.size()),
+               std::memory_order_relaxed);
     snapshot.kv_blocks_used = kv_manager.n_used_blocks();
     snapshot.preemptions = scheduler.n_preemptions();
     snapshot.requests_total = requests_total;

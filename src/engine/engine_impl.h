@@ -2,6 +2,7 @@
 // Internal to src/engine/.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <future>
@@ -131,6 +132,10 @@ struct Engine::Impl {
   std::unordered_set<std::string> paused_clients;           // paused and not yet resumed
   EngineStatus snapshot;
   int64_t requests_total = 0;
+  // Engine::progress(), read without mu. `work` is written under mu (submit, publish_queues).
+  std::atomic<int64_t> steps_done{0};
+  std::atomic<int64_t> last_step_ns{0};  // steady_clock ticks since its epoch
+  std::atomic<int32_t> work{0};
 
   // Loop thread only.
   RequestId next_id = 1;

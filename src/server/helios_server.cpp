@@ -16,6 +16,7 @@
 
 #include "helios/v1/helios.grpc.pb.h"
 #include "server/exit_options.h"
+#include "server/liveness_watchdog.h"
 #include "server/model_group.h"
 #include "server/openai_http.h"
 #include "server/request_convert.h"
@@ -74,6 +75,8 @@ class ServerImpl final : public HeliosServer {
   ServerImpl(const HeliosConfig& config, MetricsRegistry& metrics)
       : config_(config), metrics_(metrics), service_(*this),
         rpc_errors_(metrics.counter("helios_rpc_errors_total", "RPCs that ended with an error")),
+        serving_(metrics.gauge("helios_health_serving",
+                               "1 while health is SERVING: loaded, not draining, no device fault, no stalled engine")),
         started_(Clock::now()) {}
 
   Status build() {
@@ -95,7 +98,7 @@ class ServerImpl final : public HeliosServer {
       return unavailable("cannot listen on " + config_.server.listen +
                          " (address in use, or not HOST:PORT?)");
     }
-    set_health(false);
+    update_health();
     if (!config_.server.http_listen.empty()) {  // the OpenAI-compatible HTTP API (openai_http.h)
       HttpServerAccess access;
       access.find_target = [this](const std::string& name, grpc::Status* st) {
@@ -106,8 +109,9 @@ class ServerImpl final : public HeliosServer {
       access.groups = [this] { return groups(); };
       access.state = [this] {
         std::shared_lock lock(mu_);
-        return std::string(faulted_ ? "faulted" : state_ == ServerState::kServing ? "serving"
-                                              : state_ == ServerState::kLoading ? "loading" : "draining");
+        if (faulted_) return std::string("faulted");
+        if (state_ == ServerState::kServing) return std::string(stalled_ ? "stalled" : "serving");
+        return std::string(state_ == ServerState::kLoading ? "loading" : "draining");
       };
       access.claim_request_id = [this](const std::string& id) { return claim_request_id(id); };
       access.release_request_id = [this](const std::string& id) { release_request_id(id); };
@@ -127,9 +131,19 @@ class ServerImpl final : public HeliosServer {
       models_ = std::move(models);
       groups_ = std::move(groups);
       state_ = ServerState::kServing;
-      if (faulted_) return;  // a model faulted while loading the others: never SERVING
     }
-    set_health(true);
+    update_health();  // a model that faulted while the others loaded keeps it NOT_SERVING
+    if (config_.server.liveness_timeout_s > 0) {
+      watchdog_ = std::make_unique<LivenessWatchdog>(
+          config_.server.liveness_timeout_s, metrics_, [this] { return engine_samples(); },
+          [this](bool any_stalled) {
+            {
+              std::unique_lock lock(mu_);
+              stalled_ = any_stalled;
+            }
+            update_health();
+          });
+    }
   }
 
   void report_fault(const std::string& model, const std::string& error) override {
@@ -138,7 +152,7 @@ class ServerImpl final : public HeliosServer {
       std::unique_lock lock(mu_);
       faulted_ = true;
     }
-    set_health(false);
+    update_health();
   }
 
   void drain_and_stop(double drain_timeout_s) override {
@@ -147,7 +161,7 @@ class ServerImpl final : public HeliosServer {
       if (state_ == ServerState::kDraining) return;
       state_ = ServerState::kDraining;
     }
-    set_health(false);
+    update_health();
     spdlog::info("draining: waiting up to {:.1f} s for {} in-flight requests", drain_timeout_s, n_live());
     const auto deadline = Clock::now() + std::chrono::duration<double>(drain_timeout_s);
     while (n_live() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -159,6 +173,7 @@ class ServerImpl final : public HeliosServer {
     if (http_) http_->stop();  // its streams' last chunks written, then no more connections
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
     server_->Wait();
+    watchdog_.reset();  // before the engines it samples go
     std::unique_lock lock(mu_);
     models_.clear();  // stops the engines
     groups_.clear();
@@ -258,29 +273,57 @@ class ServerImpl final : public HeliosServer {
   void count_error() { rpc_errors_->inc(); }
 
  private:
-  void set_health(bool serving) {
+  // Health from the state as it is now. Serialised, so that of two threads changing the state the
+  // later write is always the truth (a watchdog's SERVING cannot land after a drain's NOT_SERVING).
+  void update_health() {
+    std::lock_guard<std::mutex> health_lock(health_mu_);
+    bool serving = false;
+    {
+      std::shared_lock lock(mu_);
+      serving = state_ == ServerState::kServing && !faulted_ && !stalled_;
+    }
     if (auto* health = server_->GetHealthCheckService()) {
       health->SetServingStatus(serving);
       health->SetServingStatus(kServiceName, serving);
     }
+    serving_->set(serving ? 1 : 0);
+  }
+
+  // What the watchdog samples: every model's engine and every loaded engine of each group.
+  std::vector<EngineSample> engine_samples() const {
+    std::vector<EngineSample> out;
+    for (ServedModel* m : models()) out.push_back({m->entry.name, m->engine->progress()});
+    for (ModelGroup* g : groups()) {
+      auto engines = g->engine_progress();
+      if (!engines) {
+        out.push_back({g->name() + "/", std::nullopt});
+        continue;
+      }
+      for (auto& [name, progress] : *engines) out.push_back({std::move(name), progress});
+    }
+    return out;
   }
 
   HeliosConfig config_;
   MetricsRegistry& metrics_;
   Service service_;
   Counter* rpc_errors_;
+  Gauge* serving_;
   Clock::time_point started_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   mutable std::shared_mutex mu_;
   ServerState state_ = ServerState::kLoading;
   bool faulted_ = false;  // a device error: NOT_SERVING from then on
+  bool stalled_ = false;  // an engine with work completes no step (the watchdog): NOT_SERVING meanwhile
+  std::mutex health_mu_;
   std::vector<std::unique_ptr<ServedModel>> models_;
   std::vector<std::unique_ptr<ModelGroup>> groups_;
   std::atomic<uint64_t> request_counter_{0};
   std::mutex ids_mu_;
   std::unordered_set<std::string> live_ids_;
-  std::unique_ptr<OpenAiHttpServer> http_;  // last: stopped before the models it serves go
+  std::unique_ptr<OpenAiHttpServer> http_;  // stopped before the models it serves go
+  std::unique_ptr<LivenessWatchdog> watchdog_;  // while serving; last, so it stops before the models go
 };
 
 // Holds a request id for the life of one Generate call.

@@ -29,7 +29,9 @@ class HeliosServer {
   // The OpenAI-compatible HTTP API's port (server.http_listen; port 0 there = any free one);
   // 0 when it is off.
   virtual int http_port() const = 0;
-  // Hands over the loaded models and model groups and starts serving them (health → SERVING).
+  // Hands over the loaded models and model groups and starts serving them (health → SERVING),
+  // with the liveness watchdog when server.liveness_timeout_s > 0: while an engine has work and
+  // completes no step for that long, health is NOT_SERVING (helios/liveness.h).
   virtual void set_models(std::vector<std::unique_ptr<ServedModel>> models,
                           std::vector<std::unique_ptr<ModelGroup>> groups = {}) = 0;
   // Graceful stop: health NOT_SERVING, new calls UNAVAILABLE, in-flight streams get up to

@@ -319,8 +319,10 @@ void ModelGroup::release_idle_engines(std::optional<ServingTarget> keep) {
 
 StatusOr<GroupRoute> ModelGroup::route() {
   std::lock_guard<std::mutex> lock(mu_);
-  auto [target, decision] = manager_->route();
-  apply(decision);
+  // Not a structured binding: clang before 16 cannot capture one in the lambdas below.
+  auto routed = manager_->route();
+  const ServingTarget& target = routed.first;
+  apply(routed.second);
   auto found = std::find_if(engines_.begin(), engines_.end(), [&](const auto& e) {
     return e->candidate == target.candidate && e->depth == target.depth;
   });
@@ -461,6 +463,17 @@ GroupStatusSnapshot ModelGroup::status() const {
     s.engines.push_back({candidates_[e->candidate]->info.name, e->depth, e->served->engine->status(), e->weight_bytes});
   }
   return s;
+}
+
+std::optional<std::vector<std::pair<std::string, EngineProgress>>> ModelGroup::engine_progress() const {
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return std::nullopt;
+  std::vector<std::pair<std::string, EngineProgress>> out;
+  for (const auto& e : engines_) {
+    out.emplace_back(config_.name + "/" + candidates_[e->candidate]->info.name + "@" + std::to_string(e->depth),
+                     e->served->engine->progress());
+  }
+  return out;
 }
 
 }  // namespace helios::server

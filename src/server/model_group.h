@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "helios/config.h"
@@ -95,6 +96,9 @@ class ModelGroup {
   GroupStatusSnapshot status() const;
   // An engine that serves this group now (the current one): for Tokenize, Detokenize, ModelInfo.
   std::shared_ptr<ServedModel> current() const;
+  // Each loaded engine's progress, named "group/model@depth", for the liveness watchdog; nullopt
+  // while the group is busy (loading or extending a model), so the watchdog never waits on it.
+  std::optional<std::vector<std::pair<std::string, EngineProgress>>> engine_progress() const;
 
  private:
   ModelGroup(ModelGroupConfig config, const HeliosConfig& server_config, MetricsRegistry& metrics,

@@ -66,7 +66,7 @@ std::optional<ApiError> check_key(const std::vector<std::string>& keys, const ht
 
 // A draining or loading server's error says which, in `code`.
 ApiError with_state_code(ApiError e, const std::string& state) {
-  if (e.http_status == 503) e.code = state == "serving" ? "unavailable" : state;
+  if (e.http_status == 503) e.code = state == "serving" || state == "stalled" ? "unavailable" : state;
   return e;
 }
 

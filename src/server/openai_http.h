@@ -33,7 +33,8 @@ struct HttpServerAccess {
   std::function<HttpTarget(const std::string& model, grpc::Status* error)> find_target;
   std::function<std::vector<ServedModel*>()> models;
   std::function<std::vector<ModelGroup*>()> groups;
-  // "serving", "loading", "draining" or "faulted" (a device error): /health is 200 only when serving.
+  // "serving", "loading", "draining", "faulted" (a device error) or "stalled" (a model's engine has
+  // work and completes no step: server.liveness_timeout_s): /health is 200 only when serving.
   std::function<std::string()> state;
   std::function<bool(const std::string& id)> claim_request_id;  // false: the id is in use
   std::function<void(const std::string& id)> release_request_id;

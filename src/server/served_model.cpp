@@ -45,10 +45,12 @@ void log_exits(const ServedModel& served) {
 StatusOr<std::unique_ptr<ServedModel>> load_served_model(const ModelEntryConfig& entry, const EngineConfig& engine,
                                                          size_t n_models, MetricsRegistry& metrics,
                                                          std::function<void(const std::string&)> on_fault,
-                                                         const InterceptConfig& intercepts) {
+                                                         const InterceptConfig& intercepts,
+                                                         const BackendWrapper& wrap_backend) {
   auto served = std::make_unique<ServedModel>();
   served->entry = entry;
   HELIOS_ASSIGN_OR_RETURN(served->backend, make_backend(engine.backend, engine.threads));
+  if (wrap_backend) served->backend = wrap_backend(std::move(served->backend));
   ModelSetupOptions options = setup_options(entry);
   int last_percent = -1;
   options.progress = [&](int done, int total) {

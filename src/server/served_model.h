@@ -21,11 +21,15 @@ struct ServedModel {
   ExitRule default_exit;       // entry.early_exit.default_rule resolved against the model
 };
 
+// Wraps the backend a model is loaded on (heliosd's fault injection); empty: none.
+using BackendWrapper = std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)>;
+
 // Loads one model (its first early_exit.load_layers blocks), sets its exit points and heads, checks
 // its default exit rule and starts its engine, sizing the KV cache from the config. `on_fault`
 // (may be empty) hears of a device error in its engine; `intercepts` is the server's section.
 StatusOr<std::unique_ptr<ServedModel>> load_served_model(
     const ModelEntryConfig& entry, const EngineConfig& engine, size_t n_models, MetricsRegistry& metrics,
-    std::function<void(const std::string& error)> on_fault = {}, const InterceptConfig& intercepts = {});
+    std::function<void(const std::string& error)> on_fault = {}, const InterceptConfig& intercepts = {},
+    const BackendWrapper& wrap_backend = {});
 
 }  // namespace helios::server

@@ -60,6 +60,8 @@ void to_session_response(const GenerationUpdate& update, const std::string& id, 
   }
 }
 
+}  // namespace
+
 StatusOr<ResumeInput> to_resume_input(const v1::SessionResume& r) {
   ResumeInput in;
   switch (r.input_case()) {
@@ -86,6 +88,8 @@ StatusOr<ResumeInput> to_resume_input(const v1::SessionResume& r) {
   }
   return in;
 }
+
+namespace {
 
 // One Session call. The reactor's callbacks only queue what happened and wake the session's
 // thread (run()), which does everything else; it is the only caller of StartWrite and Finish.

@@ -42,6 +42,9 @@ grpc::Status to_grpc_status(const Status& s);
 // The engine's intercept options from a SessionOpen's (INVALID_ARGUMENT naming intercept.FIELD).
 StatusOr<InterceptOptions> to_intercept_options(const v1::InterceptOptions& options, int32_t n_vocab);
 
+// A SessionResume's input (INVALID_ARGUMENT when it sets none).
+StatusOr<ResumeInput> to_resume_input(const v1::SessionResume& resume);
+
 // A SessionOpen converted: the engine request (prompt, sampling, exit rule, intercepts) and the
 // session's turns (its conversation, for tool results and user turns).
 struct PreparedSession {

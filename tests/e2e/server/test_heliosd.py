@@ -146,9 +146,9 @@ def merge(base, extra):
 
 class Heliosd:
     """One heliosd process with its own config, ports and log. `models`: (name, path) or
-    (name, path, {more keys of the entry, e.g. early_exit})."""
+    (name, path, {more keys of the entry, e.g. early_exit}); `env`: more environment variables."""
 
-    def __init__(self, name, models, config=None):
+    def __init__(self, name, models, config=None, env=None):
         self.dir = tempfile.mkdtemp(prefix=name + "-", dir=WORK)
         self.port = free_port()
         self.metrics_port = free_port()
@@ -164,13 +164,15 @@ class Heliosd:
         with open(self.config_path, "w") as f:
             f.write(to_yaml(self.config) + "\n")
         self.log_path = os.path.join(self.dir, "heliosd.log")
+        self.env = dict(os.environ, **(env or {}))
         self.proc = None
         self.channel = None
         self.exit_code = None
 
     def start(self):
         self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([HELIOSD, "--config", self.config_path], stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen([HELIOSD, "--config", self.config_path], stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=self.env)
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
         self.stub = pb_grpc.HeliosStub(self.channel)
         self.health = health_grpc.HealthStub(self.channel)
@@ -988,6 +990,47 @@ class ApiKeyTest(ServerTestCase):
     def test_health_needs_no_key(self):
         r = self.server.health.Check(health_pb2.HealthCheckRequest(), timeout=10)
         self.assertEqual(r.status, health_pb2.HealthCheckResponse.SERVING)
+
+
+# ---------------------------------------------------------------------------------------------
+# Listeners open to the network without API keys: one warning line at start, saying how to fix it.
+
+class NetworkWarningTest(unittest.TestCase):
+    WARNING = "open to the network without API keys"
+
+    def start_log(self, name, server):
+        """heliosd's log from start to SIGTERM with these server keys; {port} and {metrics_port} are its ports."""
+        h = Heliosd(name, [("stories", STORIES)])
+        for key, value in server.items():
+            h.config["server"][key] = value.format(port=h.port, metrics_port=h.metrics_port) \
+                if isinstance(value, str) else value
+        with open(h.config_path, "w") as f:
+            f.write(to_yaml(h.config) + "\n")
+        try:
+            h.start()
+        finally:
+            h.stop()
+        self.assertEqual(h.exit_code, 0, h.log_text())
+        with open(h.log_path) as f:
+            return f.read()
+
+    def test_wildcard_without_keys_warns_once_naming_listeners_and_fix(self):
+        log = self.start_log("open", {"listen": "0.0.0.0:{port}", "metrics_listen": "0.0.0.0:{metrics_port}"})
+        lines = [line for line in log.splitlines() if self.WARNING in line]
+        self.assertEqual(len(lines), 1, log)
+        line = lines[0]
+        self.assertIn("warning", line)
+        for part in ("server.listen 0.0.0.0:", "server.metrics_listen 0.0.0.0:", "set server.api_keys",
+                     "127.0.0.1"):
+            self.assertIn(part, line)
+
+    def test_api_keys_or_loopback_do_not_warn(self):
+        log = self.start_log("keys", {"listen": "0.0.0.0:{port}", "api_keys": ["k3y"]})
+        self.assertNotIn(self.WARNING, log)
+        self.assertIn("serving", log)
+        log = self.start_log("loopback", {"listen": "localhost:{port}", "metrics_listen": "127.0.0.1:{metrics_port}"})
+        self.assertNotIn(self.WARNING, log)
+        self.assertIn("serving", log)
 
 
 # ---------------------------------------------------------------------------------------------

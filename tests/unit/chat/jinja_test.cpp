@@ -47,6 +47,40 @@ TEST(JinjaLimits, OutputAndStringsStopAtTheByteLimit) {
                StatusCode::kResourceExhausted, {"byte"});
 }
 
+// Lists share their items, so a few steps build a value that is huge to print or compare.
+TEST(JinjaLimits, SharedItemsCountEachTimeTheyAreHeld) {
+  expect_error(render("{% set ns = namespace(a=[0]) %}{% for i in range(64) %}{% set ns.a = [ns.a, ns.a] %}{% endfor %}"
+                      "{{ ns.a == ns.a }}"),
+               StatusCode::kResourceExhausted, {"counting each time one is held"});
+  // 1 GB as text: refused as the text passes the limit, not after.
+  expect_error(render("{% set b = ['x' * 10000] * 100000 %}{{ b|length }}{{ b }}"), StatusCode::kResourceExhausted,
+               {"printed or JSON value"});
+  expect_error(render("{% set b = ['x' * 10000] * 100000 %}{{ b|tojson }}"), StatusCode::kResourceExhausted,
+               {"printed or JSON value"});
+  auto ok = render("{% for x in range(1000) %}{% endfor %}{{ range(200000)|length }}");
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_EQ(ok->bytes(), "200000");
+}
+
+TEST(JinjaLimits, WidthsPastTheByteLimitAreRefused) {
+  expect_error(render("{{ 'a\nb'|indent(100000000000) }}"), StatusCode::kResourceExhausted, {"byte"});
+  expect_error(render("{{ ('x\n' * 100000)|indent(1000) }}"), StatusCode::kResourceExhausted, {"byte"});
+  expect_error(render("{{ [1, [2]]|tojson(indent=100000000000) }}"), StatusCode::kResourceExhausted, {"byte"});
+}
+
+// A namespace holding itself prints as Python prints it; long chains of namespaces print, and are
+// freed, without recursing once per link.
+TEST(JinjaLimits, NamespacesThatHoldThemselvesPrint) {
+  auto self = render("{% set ns = namespace(x=1) %}{% set ns.a = ns %}{{ ns }}");
+  ASSERT_TRUE(self.ok()) << self.status().to_string();
+  EXPECT_EQ(self->bytes(), "<Namespace {'x': 1, 'a': <Namespace {...}>}>");
+  auto chain = render("{% set st = namespace(h=none) %}{% for i in range(100000) %}{% set st.h = namespace(n=st.h) %}"
+                      "{% endfor %}{{ st.h }}");
+  ASSERT_TRUE(chain.ok()) << chain.status().to_string();
+  EXPECT_EQ(chain->bytes().rfind("<Namespace {'n': <Namespace {'n': ", 0), 0u);
+  EXPECT_NE(chain->bytes().find("{...}"), std::string::npos);
+}
+
 TEST(JinjaLimits, RecursionStopsAtTheCallDepth) {
   expect_error(render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", {}, small_limits()),
                StatusCode::kResourceExhausted, {"nested deeper than 8"});

@@ -67,6 +67,7 @@ inline void expect_config_eq(const HeliosConfig& a, const HeliosConfig& b) {
   EXPECT_EQ(a.server.tls_key_path, b.server.tls_key_path);
   EXPECT_EQ(a.server.api_keys, b.server.api_keys);
   EXPECT_DOUBLE_EQ(a.server.drain_timeout_s, b.server.drain_timeout_s);
+  EXPECT_DOUBLE_EQ(a.server.liveness_timeout_s, b.server.liveness_timeout_s);
   ASSERT_EQ(a.models.size(), b.models.size());
   for (size_t i = 0; i < a.models.size(); ++i) {
     EXPECT_EQ(a.models[i].name, b.models[i].name) << "models[" << i << "]";

@@ -39,6 +39,13 @@ TEST(ConfigErrors, MoreThanOneDocument) {
                          "file has 2"));
 }
 
+// yaml-cpp's LoadAll never returns on these (it reads the same empty document over and over).
+TEST(ConfigErrors, StrayCommaIsASyntaxError) {
+  EXPECT_EQ(config_error(","), "cfg.yaml:1:1: invalid YAML: ',' outside a flow collection ([...] or {...})");
+  EXPECT_TRUE(starts_with(config_error("[a], b\n"), "cfg.yaml:1:4: invalid YAML: ',' outside a flow collection"));
+  EXPECT_TRUE(contains(config_error(with_model("---\n, x\n")), "invalid YAML: ',' outside a flow collection"));
+}
+
 TEST(ConfigErrors, TopLevelMustBeAMap) {
   EXPECT_EQ(config_error("- a\n- b\n"),
             "cfg.yaml:1:1: (top level): expected a map of keys (server, models, model_repository, groups, "
@@ -139,6 +146,12 @@ TEST(ConfigErrors, NumberWhereNumberExpected) {
             "cfg.yaml:5:20: server.drain_timeout_s: expected a number, got 'soon'");
   EXPECT_EQ(config_error(with_model("server:\n  drain_timeout_s: -1\n")),
             "cfg.yaml:5:20: server.drain_timeout_s: must be at least 0 seconds, got -1");
+  EXPECT_EQ(config_error(with_model("server:\n  liveness_timeout_s: -5\n")),
+            "cfg.yaml:5:23: server.liveness_timeout_s: must be in 0..86400 seconds (0 = no liveness watchdog), "
+            "got -5");
+  EXPECT_EQ(config_error(with_model("server:\n  liveness_timeout_s: 1e9\n")),
+            "cfg.yaml:5:23: server.liveness_timeout_s: must be in 0..86400 seconds (0 = no liveness watchdog), "
+            "got 1e9");
 }
 
 // ---- models ----

@@ -74,6 +74,7 @@ HeliosConfig full_config() {
   c.server.tls_key_path = "/tls/key.pem";
   c.server.api_keys = {"key-one", "key-two"};
   c.server.drain_timeout_s = 2.5;
+  c.server.liveness_timeout_s = 7.5;
   c.models = {model_entry("small", "/models/small.gguf"), model_entry("large", "/models/large.gguf")};
   EarlyExitConfig& ee = c.models[1].early_exit;
   ee.default_rule.policy = ExitPolicy::kSelfSpeculative;
@@ -115,6 +116,7 @@ std::string to_yaml(const HeliosConfig& c) {
     << "\n  api_keys:\n";
   for (const std::string& key : c.server.api_keys) y << "    - " << key << "\n";
   y << "  drain_timeout_s: " << c.server.drain_timeout_s << "\n";
+  y << "  liveness_timeout_s: " << c.server.liveness_timeout_s << "\n";
   y << "models:\n";
   for (const ModelEntryConfig& m : c.models) {
     y << "  - name: " << m.name << "\n    path: " << m.path << "\n";
