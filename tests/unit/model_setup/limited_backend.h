@@ -42,12 +42,20 @@ class LimitedBackend final : public Backend {
     pause_cv_.notify_all();
   }
 
-  size_t used_bytes() const { return used_bytes_; }
-  int n_refused() const { return n_refused_; }
+  size_t used_bytes() const {
+    std::lock_guard<std::mutex> lock(alloc_mu_);
+    return used_bytes_;
+  }
+  int n_refused() const {
+    std::lock_guard<std::mutex> lock(alloc_mu_);
+    return n_refused_;
+  }
 
   std::string name() const override { return "limited"; }
-  size_t free_device_bytes() const override { return capacity_bytes_ - used_bytes_; }
+  size_t free_device_bytes() const override { return capacity_bytes_ - used_bytes(); }
+  // Allocations come from two threads (an engine's loop, and Model::load_layers_range beside it).
   float* alloc(size_t n_floats) override {
+    std::lock_guard<std::mutex> lock(alloc_mu_);
     if (n_floats > (capacity_bytes_ - used_bytes_) / sizeof(float)) {
       ++n_refused_;
       return nullptr;
@@ -60,6 +68,7 @@ class LimitedBackend final : public Backend {
     return p;
   }
   void free(float* p) override {
+    std::lock_guard<std::mutex> lock(alloc_mu_);
     used_bytes_ -= sizes_.at(p);
     sizes_.erase(p);
     cpu_->free(p);
@@ -103,6 +112,7 @@ class LimitedBackend final : public Backend {
  private:
   std::unique_ptr<Backend> cpu_;
   size_t capacity_bytes_;
+  mutable std::mutex alloc_mu_;  // guards used_bytes_, n_refused_, sizes_
   size_t used_bytes_ = 0;
   int n_refused_ = 0;
   int64_t matmuls_before_fault_ = -1;  // -1: never
