@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "common/cpu_check.h"
 
 namespace {
 
@@ -46,6 +47,7 @@ void print_help() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (!helios::check_cpu_features("helios")) return 1;
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {
     print_help();

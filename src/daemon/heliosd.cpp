@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cpu_check.h"
 #include "helios/config.h"
 #include "helios/metrics.h"
 #include "server/helios_server.h"
@@ -95,6 +96,7 @@ void warn_if_open_to_network(const helios::ServerConfig& server) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (!helios::check_cpu_features("heliosd")) return 1;
   std::string config_path;
   bool check_only = false;
   for (int i = 1; i < argc; ++i) {
