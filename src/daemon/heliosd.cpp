@@ -134,7 +134,8 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  // Test builds: HELIOS_FAULTS makes each model's backend fail on purpose (backend/fault_backend.h).
+  // Test builds: HELIOS_FAULTS makes the backend of every model and group engine fail on purpose
+  // (backend/fault_backend.h).
   helios::server::BackendWrapper wrap_backend;
   std::function<void()> arm_faults;
   std::string faults_warning;
@@ -207,7 +208,8 @@ int main(int argc, char** argv) {
     helios::server::HeliosServer* srv = server->get();
     auto loaded = helios::server::ModelGroup::create(
         group, *config, metrics,
-        [srv, name = group.name](const std::string& error) { srv->report_fault(name, error); }, started);
+        [srv, name = group.name](const std::string& error) { srv->report_fault(name, error); }, started,
+        wrap_backend);
     if (!loaded.ok()) {
       spdlog::error("cannot start group '{}': {}", group.name, loaded.status().message());
       (*server)->drain_and_stop(0);

@@ -66,8 +66,10 @@ ModelGroup::~ModelGroup() {
 StatusOr<std::unique_ptr<ModelGroup>> ModelGroup::create(const ModelGroupConfig& group, const HeliosConfig& config,
                                                          MetricsRegistry& metrics,
                                                          std::function<void(const std::string&)> on_fault,
-                                                         std::chrono::steady_clock::time_point started) {
+                                                         std::chrono::steady_clock::time_point started,
+                                                         BackendWrapper wrap_backend) {
   std::unique_ptr<ModelGroup> g(new ModelGroup(group, config, metrics, std::move(on_fault), started));
+  g->wrap_backend_ = std::move(wrap_backend);
   const std::string where = "groups '" + group.name + "'";
   std::vector<const RepositoryModelConfig*> listed;
   for (const RepositoryModelConfig& m : config.model_repository) {
@@ -180,7 +182,7 @@ Status ModelGroup::load_target(const ServingTarget& target) {
   EngineConfig engine = server_config_.engine;
   engine.kv_cache_bytes = kv;
   const auto t0 = std::chrono::steady_clock::now();
-  auto served = load_served_model(entry, engine, 1, metrics_, on_fault_, server_config_.intercepts);
+  auto served = load_served_model(entry, engine, 1, metrics_, on_fault_, server_config_.intercepts, wrap_backend_);
   if (!served.ok()) {
     return Status(served.status().code(), config_.name + ": cannot load " + c.info.name + " at depth " +
                                               std::to_string(target.depth) + ": " + served.status().message());

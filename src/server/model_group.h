@@ -77,11 +77,13 @@ class ModelGroup {
  public:
   // Checks the candidates' tokenizers (INVALID_ARGUMENT naming both files when two differ),
   // selects the Top-K and loads the first to evaluate. `started` is the server's start, for the
-  // decision log's times.
+  // decision log's times. `wrap_backend` wraps the backend of every engine the group loads (as
+  // load_served_model's: fault injection in tests).
   static StatusOr<std::unique_ptr<ModelGroup>> create(const ModelGroupConfig& group, const HeliosConfig& config,
                                                       MetricsRegistry& metrics,
                                                       std::function<void(const std::string&)> on_fault,
-                                                      std::chrono::steady_clock::time_point started);
+                                                      std::chrono::steady_clock::time_point started,
+                                                      BackendWrapper wrap_backend = {});
   ~ModelGroup();
 
   const std::string& name() const { return config_.name; }
@@ -119,6 +121,7 @@ class ModelGroup {
   const HeliosConfig& server_config_;
   MetricsRegistry& metrics_;
   std::function<void(const std::string&)> on_fault_;
+  BackendWrapper wrap_backend_;
   std::chrono::steady_clock::time_point started_;
 
   mutable std::mutex mu_;

@@ -214,6 +214,25 @@ class DeviceErrorTest(unittest.TestCase):
         self.assertEqual(server.wait_exit(), 0, server.log_text())
 
 
+class GroupDeviceErrorTest(unittest.TestCase):
+    """The engines a model group loads get the same injected faults as models[]."""
+
+    def test_a_group_engine_fault_fails_the_groups_requests_internal(self):
+        fault_at = 20 * MATMULS_PER_STEP
+        server = fault_server("group-device-error", f"backend_error_after_matmuls={fault_at}",
+                              config={"model_repository": [{"name": "candidate", "path": base.STORIES}],
+                                      "groups": [{"name": "group"}]}).start()
+        self.addCleanup(server.stop)
+        s = Stream(server.stub, model="group", text=PROMPTS[0], max_tokens=300, ignore_eos=True).join()
+        self.assertEqual(s.code, grpc.StatusCode.INTERNAL, s.details)
+        self.assertIn(f"injected device fault after {fault_at} matmuls", s.details)
+        self.assertGreater(s.n_tokens, 0, "the fault was meant to come mid-generation")
+        self.assertEqual(health(server), health_pb().HealthCheckResponse.NOT_SERVING)
+        self.assertIn("group: device fault", server.log_text())
+        server.signal(signal.SIGTERM)
+        self.assertEqual(server.wait_exit(), 0, server.log_text())
+
+
 # ---------------------------------------------------------------------------------------------
 # The model file disappears after load: the weights are in memory (read or mapped at load), so
 # serving goes on unchanged; only a restart needs the file.
