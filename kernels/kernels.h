@@ -146,6 +146,12 @@ void ref_f32_to_f16(const float* x, int64_t n, uint16_t* out);
 //   entropy: −Σ p log p in nats. All outputs: [n_rows].
 void ref_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,
                     float* top1_prob, float* margin, float* entropy);
+// The CPU backend's: the same statistics with vectorised float exponentials summed in double
+// (within about 1e-6 relative of ref_exit_stats; top1 is the same).
+void cpu_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,
+                    float* top1_prob, float* margin, float* entropy);
+// log Σ e^x over n logits (the softmax's normaliser), as cpu_exit_stats sums it.
+double cpu_log_sum_exp(const float* logits, int32_t n);
 
 // --- CUDA launchers (HELIOS_CUDA builds; kernels/cuda/). Same parameters as the ref_ twin plus
 // a stream (a cudaStream_t, opaque here); they return 0 or the cudaError_t of the launch.

@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kThreads) exit_stats_kernel(const float* logit
     const float d = x[i] - m;
     const float e = expf(d);
     sum += e;
-    weighted += d * e;
+    if (e > 0.0f) weighted += d * e;  // a masked logit (-inf) adds nothing, not -inf*0
   }
   sum = cuda::block_sum(sum, scratch);
   weighted = cuda::block_sum(weighted, scratch);

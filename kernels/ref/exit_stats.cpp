@@ -21,7 +21,7 @@ void ref_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_
       const double d = static_cast<double>(x[i]) - m;
       const double e = std::exp(d);
       sum += e;
-      weighted += d * e;
+      if (e > 0) weighted += d * e;  // a masked logit (−inf) adds nothing, not −inf·0
     }
     top1[r] = best;
     top1_prob[r] = static_cast<float>(1.0 / sum);

@@ -3,17 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/kernels.h"
+
 namespace helios {
-namespace {
-
-// log Σ exp(logits): the normaliser of the token distribution.
-double log_sum_exp(const float* logits, int32_t n, float max_logit) {
-  double sum = 0;
-  for (int32_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i] - max_logit));
-  return max_logit + std::log(sum);
-}
-
-}  // namespace
 
 RequestOutput::RequestOutput(const Tokenizer& tokenizer, OutputOptions options)
     : tokenizer_(tokenizer), options_(std::move(options)), sampler_(options_.sampling), decoder_(tokenizer),
@@ -29,8 +21,7 @@ TokenEvent RequestOutput::take(const float* raw, int32_t n_vocab, const std::vec
   ev.id = token;
   ev.exit_layer = exit_layer;
   ev.confidence = confidence;
-  const float max_logit = *std::max_element(raw, raw + n_vocab);
-  const double lse = log_sum_exp(raw, n_vocab, max_logit);
+  const double lse = kernels::cpu_log_sum_exp(raw, n_vocab);  // the normaliser of the token distribution
   ev.logprob = static_cast<float>(raw[token] - lse);
   if (options_.top_logprobs > 0) {
     std::vector<std::pair<float, TokenId>> best;

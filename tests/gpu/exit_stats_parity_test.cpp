@@ -20,6 +20,7 @@ TEST(GpuParity, ExitStatsMatchTheCpuTwin) {
       logits[0 * n_vocab + 7] = 40.0f;                                     // row 0: peaked
       logits[1 * n_vocab + 3] = logits[1 * n_vocab + 9] = 25.0f;           // row 1: a tie, margin 0
       for (int32_t i = 0; i < n_vocab; ++i) logits[2 * n_vocab + i] = 0.5f;  // row 2: flat
+      for (int32_t i = 0; i < n_vocab; i += 3) logits[3 * n_vocab + i] = -INFINITY;  // row 3: masked entries
     }
     std::vector<int32_t> top1(n_rows);
     std::vector<float> prob(n_rows), margin(n_rows), entropy(n_rows);

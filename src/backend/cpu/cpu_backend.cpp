@@ -105,6 +105,10 @@ class CpuBackend final : public Backend {
     kernels::ref_swiglu(gate, up, n, out);
   }
   void add(float* x, const float* y, int64_t n) override { kernels::ref_add(x, y, n); }
+  void exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1, float* top1_prob,
+                  float* margin, float* entropy) override {
+    kernels::cpu_exit_stats(logits, n_rows, n_vocab, top1, top1_prob, margin, entropy);  // logits are host memory
+  }
 
  private:
   ThreadPool pool_;
