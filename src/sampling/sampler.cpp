@@ -43,48 +43,70 @@ TokenId Sampler::sample(float* logits, int32_t n_vocab, const std::vector<TokenI
   }
   if (params_.temperature == 0.0f) return argmax(logits, n_vocab);
 
-  // Candidates sorted by logit, cut to top-k.
+  // Candidates by logit, highest first (ties: the lower id), cut to top-k. Only as long a prefix
+  // as top-k, top-p, min-p and the draw look at is put in order: with a vocabulary of 150k, a
+  // full sort per token would cost more than the forward pass.
   candidates_.resize(n_vocab);
   for (int32_t i = 0; i < n_vocab; ++i) candidates_[i] = {logits[i] / params_.temperature, i};
-  const int32_t k = params_.top_k > 0 ? std::min(params_.top_k, n_vocab) : n_vocab;
   auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-  std::partial_sort(candidates_.begin(), candidates_.begin() + k, candidates_.end(), by_logit);
-  candidates_.resize(k);
+  const auto first = candidates_.begin();
+  int32_t n = n_vocab, sorted = 0;
+  auto sort_prefix = [&](int32_t m) {  // candidates_[0, m) in order, a prefix of the full order
+    m = std::min(m, n);
+    if (m <= sorted) return;
+    if (m < n) std::nth_element(first + sorted, first + m, first + n, by_logit);
+    std::sort(first + sorted, first + m, by_logit);
+    sorted = m;
+  };
+  auto ensure_sorted = [&](int32_t i) {  // candidates_[i] in its place
+    if (i >= sorted) sort_prefix(std::max({i + 1, 2 * sorted, 256}));
+  };
+  if (params_.top_k > 0) {
+    sort_prefix(params_.top_k);  // the top k of the whole vocabulary, in order
+    n = sorted;
+  }
+  ensure_sorted(0);
 
   // Softmax over the candidates.
   const float max_logit = candidates_[0].first;
   double sum = 0;
-  for (auto& c : candidates_) {
-    c.first = std::exp(c.first - max_logit);
-    sum += c.first;
-  }
-  for (auto& c : candidates_) c.first = static_cast<float>(c.first / sum);
+  for (int32_t i = 0; i < n; ++i) sum += std::exp(candidates_[i].first - max_logit);
+  auto prob = [&](int32_t i) { return static_cast<float>(std::exp(candidates_[i].first - max_logit) / sum); };
 
   // Top-p: the smallest prefix whose mass reaches top_p.
-  size_t keep = candidates_.size();
+  int32_t keep = n;
   if (params_.top_p < 1.0f) {
     double mass = 0;
-    for (size_t i = 0; i < candidates_.size(); ++i) {
-      mass += candidates_[i].first;
+    for (int32_t i = 0; i < n; ++i) {
+      ensure_sorted(i);
+      mass += prob(i);
       if (mass >= params_.top_p) { keep = i + 1; break; }
     }
   }
-  // Min-p: drop tokens less likely than min_p times the most likely one.
+  // Min-p: drop tokens less likely than min_p times the most likely one (a suffix of the order).
   if (params_.min_p > 0.0f) {
-    const float floor = params_.min_p * candidates_[0].first;
-    while (keep > 1 && candidates_[keep - 1].first < floor) --keep;
+    const float floor = params_.min_p * prob(0);
+    int32_t above = 1;
+    while (above < keep && (ensure_sorted(above), prob(above) >= floor)) ++above;
+    keep = above;
   }
-  candidates_.resize(keep);
 
+  // The draw walks the order from the most likely token.
   double total = 0;
-  for (const auto& c : candidates_) total += c.first;
+  if (keep < n) {
+    for (int32_t i = 0; i < keep; ++i) total += prob(i);  // sorted already
+  } else {
+    for (int32_t i = 0; i < n; ++i) total += prob(i);
+  }
   std::uniform_real_distribution<double> uniform(0.0, total);
   double r = uniform(rng_);
-  for (const auto& c : candidates_) {
-    r -= c.first;
-    if (r <= 0) return c.second;
+  for (int32_t i = 0; i < keep; ++i) {
+    ensure_sorted(i);
+    r -= prob(i);
+    if (r <= 0) return candidates_[i].second;
   }
-  return candidates_.back().second;
+  ensure_sorted(keep - 1);
+  return candidates_[keep - 1].second;
 }
 
 const char* finish_reason_name(FinishReason reason) {

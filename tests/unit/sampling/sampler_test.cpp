@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <map>
+#include <random>
 #include <vector>
 
 #include "helios/sampler.h"
@@ -87,6 +89,68 @@ TEST(Sampler, TemperatureFollowsTheSoftmax) {
   p.temperature = 1.0f;
   auto counts = histogram(p, {std::log(3.0f), 0.0f}, 20000);  // p = 0.75, 0.25
   EXPECT_NEAR(counts[0] / 20000.0, 0.75, 0.02);
+}
+
+// The sampler's definition with every candidate sorted: what Sampler::sample computes while
+// putting in order only the prefix it looks at.
+TokenId sample_fully_sorted(const SamplingParams& p, const std::vector<float>& logits, std::mt19937_64& rng) {
+  std::vector<std::pair<float, TokenId>> c;
+  for (size_t i = 0; i < logits.size(); ++i) c.push_back({logits[i] / p.temperature, static_cast<TokenId>(i)});
+  std::sort(c.begin(), c.end(), [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  if (p.top_k > 0) c.resize(std::min<size_t>(p.top_k, c.size()));
+  const float max_logit = c[0].first;
+  double sum = 0;
+  for (const auto& x : c) sum += std::exp(x.first - max_logit);
+  std::vector<float> prob;
+  for (const auto& x : c) prob.push_back(static_cast<float>(std::exp(x.first - max_logit) / sum));
+  size_t keep = c.size();
+  if (p.top_p < 1.0f) {
+    double mass = 0;
+    for (size_t i = 0; i < c.size(); ++i) {
+      mass += prob[i];
+      if (mass >= p.top_p) { keep = i + 1; break; }
+    }
+  }
+  if (p.min_p > 0.0f) {
+    while (keep > 1 && prob[keep - 1] < p.min_p * prob[0]) --keep;
+  }
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += prob[i];
+  std::uniform_real_distribution<double> uniform(0.0, total);
+  double r = uniform(rng);
+  for (size_t i = 0; i < keep; ++i) {
+    r -= prob[i];
+    if (r <= 0) return c[i].second;
+  }
+  return c[keep - 1].second;
+}
+
+TEST(Sampler, DrawsWhatSortingEveryCandidateGivesOnALargeVocabulary) {
+  std::mt19937 gen(7);
+  std::normal_distribution<float> normal(0.0f, 2.5f);
+  std::vector<float> logits(32768);
+  for (float& l : logits) l = normal(gen);
+  for (int i = 0; i < 40; ++i) logits[gen() % logits.size()] += 9.0f;  // a head of likely tokens
+  logits[5] = logits[77];                                                // a tie
+  struct Case { float temperature; int32_t top_k; float top_p, min_p; };
+  for (const Case& k : {Case{0.7f, 0, 1.0f, 0.0f}, Case{1.0f, 0, 0.9f, 0.0f}, Case{1.3f, 0, 0.95f, 0.05f},
+                        Case{0.8f, 40, 0.9f, 0.0f}, Case{1.0f, 0, 1.0f, 0.1f}, Case{3.0f, 0, 0.5f, 0.0f}}) {
+    SamplingParams p;
+    p.temperature = k.temperature;
+    p.top_k = k.top_k;
+    p.top_p = k.top_p;
+    p.min_p = k.min_p;
+    p.seed = 11;
+    Sampler s(p);
+    std::mt19937_64 rng(p.seed);
+    int differ = 0;
+    for (int draw = 0; draw < 60; ++draw) {
+      std::vector<float> l = logits;
+      differ += s.sample(l.data(), static_cast<int32_t>(l.size()), {}) != sample_fully_sorted(p, logits, rng);
+    }
+    EXPECT_EQ(differ, 0) << "temperature " << k.temperature << " top_k " << k.top_k << " top_p " << k.top_p
+                         << " min_p " << k.min_p;
+  }
 }
 
 TEST(Sampler, RepetitionPenaltyDemotesSeenTokens) {
