@@ -183,6 +183,13 @@ void run(const uint8_t* data, size_t size) {
 }  // namespace
 }  // namespace helios::fuzz
 
+// The fixtures load before the first input, outside its time limit (-timeout): loading a real
+// vocabulary under ASan takes seconds, more on a busy machine.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  helios::fuzz::vocabularies();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   helios::fuzz::run(data, size);
   return 0;
