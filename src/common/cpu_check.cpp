@@ -2,6 +2,10 @@
 
 #include <cstdio>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace helios {
 
 std::string missing_cpu_features() {
@@ -21,7 +25,8 @@ std::string missing_cpu_features() {
   need(__builtin_cpu_supports("fma"), "fma");
 #endif
 #if defined(__F16C__)
-  need(__builtin_cpu_supports("f16c"), "f16c");
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;  // CPUID leaf 1, ECX bit 29 (clang's builtin lacks "f16c")
+  need(__get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx >> 29 & 1), "f16c");
 #endif
 #if defined(__BMI2__)
   need(__builtin_cpu_supports("bmi2"), "bmi2");
