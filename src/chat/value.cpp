@@ -311,6 +311,14 @@ std::string string_repr(const std::string& s) {
   const char quote = has_single && !has_double ? '"' : '\'';
   std::string out(1, quote);
   for (size_t pos = 0; pos < s.size();) {
+    // A run of printable ASCII that needs no escaping goes in at once: a template can print megabytes.
+    size_t run = pos;
+    while (run < s.size() && s[run] >= 0x20 && s[run] < 0x7f && s[run] != '\\' && s[run] != quote) ++run;
+    if (run > pos) {
+      out.append(s, pos, run - pos);
+      pos = run;
+      continue;
+    }
     const uint32_t cp = unicode::decode_one(s, &pos);
     char buf[16];
     if (cp == '\\') out += "\\\\";

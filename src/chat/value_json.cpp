@@ -43,7 +43,16 @@ Value from_json_value(const Json& j, int depth) {
 
 void append_json_string(const std::string& s, std::string* out) {
   *out += '"';
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    // A run that needs no escaping goes in at once: a template can print megabytes.
+    size_t run = i;
+    while (run < s.size() && static_cast<unsigned char>(s[run]) >= 0x20 && s[run] != '"' && s[run] != '\\') ++run;
+    if (run > i) {
+      out->append(s, i, run - i);
+      i = run;
+      if (i == s.size()) break;
+    }
+    const unsigned char c = static_cast<unsigned char>(s[i]);
     switch (c) {
       case '"': *out += "\\\""; break;
       case '\\': *out += "\\\\"; break;
