@@ -7,6 +7,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/ref/exp_avx2.h"
+#include "kernels/ref/quant_kernels.h"
 
 namespace helios::kernels {
 namespace {
@@ -19,9 +20,7 @@ float max_of(const float* x, int32_t begin, int32_t end) {
   if (end - i >= 8) {
     __m256 v = _mm256_set1_ps(-INFINITY);
     for (; i + 8 <= end; i += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(x + i));
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, v);
-    for (float l : lanes) m = std::max(m, l);
+    m = quant::max_lanes_avx2(v);
   }
 #endif
   for (; i < end; ++i) m = std::max(m, x[i]);

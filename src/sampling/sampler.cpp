@@ -92,12 +92,8 @@ TokenId Sampler::sample(float* logits, int32_t n_vocab, const std::vector<TokenI
   }
 
   // The draw walks the order from the most likely token.
-  double total = 0;
-  if (keep < n) {
-    for (int32_t i = 0; i < keep; ++i) total += prob(i);  // sorted already
-  } else {
-    for (int32_t i = 0; i < n; ++i) total += prob(i);
-  }
+  double total = 0;  // over the kept candidates: the sorted prefix, or all of them
+  for (int32_t i = 0; i < keep; ++i) total += prob(i);
   std::uniform_real_distribution<double> uniform(0.0, total);
   double r = uniform(rng_);
   for (int32_t i = 0; i < keep; ++i) {
