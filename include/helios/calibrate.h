@@ -29,6 +29,10 @@ using ProgressLog = std::function<void(const std::string&)>;
 // paragraph (split on blank lines). NOT_FOUND / INVALID_ARGUMENT naming the file.
 StatusOr<std::vector<std::string>> load_text_documents(const std::string& path);
 
+// Several files' documents, one from each in turn ([a0, b0, a1, b1, a2, ...]): max_tokens usually
+// ends long before the first file does, and every file given should be in the calibration set.
+std::vector<std::string> interleave_documents(std::vector<std::vector<std::string>> per_file);
+
 // Tokenizes documents into sequences of at most seq_len tokens (each document's first one with
 // the tokenizer's BOS), max_tokens in all. The first chunk of every document comes before the
 // second chunk of any, so a few long documents do not crowd out the rest. Sequences shorter than
@@ -70,7 +74,9 @@ float fit_exit_threshold(const std::vector<float>& top1_prob, const std::vector<
 
 // --- Fitting
 struct CalibrationOptions {
-  float ridge = 1e-3f;           // fit_affine_adapter's ridge (scaled by the fit tokens)
+  // fit_affine_adapter's ridge penalties (in units of the inputs' variance): each exit keeps the
+  // one whose adapter agrees most with the last layer on the held-out tokens.
+  std::vector<float> ridges = {1e-4f, 1e-3f, 1e-2f, 1e-1f, 1.0f};
   float probe_l2 = 0.1f;         // fit_logistic_probe's l2 (smaller overfits 576-wide features)
   int32_t probe_iterations = 25;
   int32_t held_out_every = 5;    // every 5th sequence (or token, with < 5 sequences) is held out
@@ -100,6 +106,7 @@ struct ExitCalibration {
   int32_t layer = 0;
   double lens_agreement = 0;     // logit lens top-1 == final top-1
   double adapter_agreement = 0;  // fitted adapter top-1 == final top-1
+  float ridge = 0;               // the penalty it was fitted with
   bool adapter_kept = false;     // an adapter (ridge or distilled) beat the logit lens
   double distilled_agreement = -1;  // the distilled adapter's (-1: not trained)
   std::string kept = "identity"; // identity, ridge or distilled: the best on held-out agreement

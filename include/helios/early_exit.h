@@ -190,10 +190,18 @@ void fit_agreement_curve(const std::vector<float>& top1_prob, const std::vector<
 float cosine_similarity(const float* a, const float* b, int32_t n);
 
 // --- Fitting (calibration)
-// W, b minimising mean_i |W x_i + b - y_i|^2 + ridge |W|^2 (b unpenalised). x, y: [n, d].
-// w: [d, d] row-major (out, in); b: [d].
+// W, b minimising sum_i |W x_i + b - y_i|^2 + ridge * u |W|^2 (b unpenalised), u = trace(Xc^T Xc) / d
+// (n times the inputs' mean variance, so that a ridge means the same at any token count and any
+// scale of the states). x, y: [n, d]. w: [d, d] row-major (out, in); b: [d].
 Status fit_affine_adapter(const float* x, const float* y, int64_t n, int32_t d, float ridge,
                           std::vector<float>* w, std::vector<float>* b);
+// The same for several penalties at the cost of one pass over the data (a solve per penalty).
+struct AffineAdapter {
+  float ridge = 0;
+  std::vector<float> w, b;
+};
+Status fit_affine_adapters(const float* x, const float* y, int64_t n, int32_t d, const std::vector<float>& ridges,
+                           std::vector<AffineAdapter>* out);
 // Logistic regression: minimises mean log-loss + l2/2 |w|^2 (b unpenalised) on features
 // x: [n, d] and labels 0/1; w: [d]. At most `iterations` Newton steps.
 Status fit_logistic_probe(const float* x, const uint8_t* labels, int64_t n, int32_t d, float l2,

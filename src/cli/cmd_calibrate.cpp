@@ -1,7 +1,10 @@
 // helios calibrate: fit exit heads (affine adapters and agreement probes) on calibration text and
 // write them as the model's sidecar; a per-exit summary table goes to stdout, progress to stderr.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <sstream>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -29,11 +32,12 @@ int cmd_calibrate(int argc, char** argv) {
             "GSM8K question/answer, prompt/text fields).",
             "--text FILE");
   add_model_options(args, /*heads_option=*/false);
-  args.option("text", "FILE", "calibration text; repeat for several files (required)")
+  args.option("text", "FILE", "calibration text; repeat for several files, whose documents are taken in turn (required)")
       .option("out", "PATH", "where to write the heads (default: MODEL without .gguf + .exits.gguf)")
       .option("max-tokens", "N", "calibration tokens in all", "8192")
       .option("seq-len", "S", "tokens per teacher-forced sequence", "256")
-      .option("ridge", "R", "adapter ridge penalty (relative to the fit tokens)", "1e-3")
+      .option("ridge", "R", "adapter ridge penalties, in units of the inputs' variance: auto (1e-4,1e-3,1e-2,0.1,1) or "
+              "a comma list; each exit keeps the one that agrees most on held-out tokens", "auto")
       .option("probe-l2", "L", "probe L2 penalty", "0.1")
       .option("target-agreement", "A", "per-exit thresholds: the share of leaving tokens whose top-1 must be the "
                                        "full model's (policy per-token with --threshold calibrated uses them)", "0.9")
@@ -70,16 +74,25 @@ int cmd_calibrate(int argc, char** argv) {
   auto parse_all = [&]() -> Status {
     HELIOS_ASSIGN_OR_RETURN(max_tokens, args.integer("max-tokens"));
     HELIOS_ASSIGN_OR_RETURN(seq_len, args.integer("seq-len"));
-    HELIOS_ASSIGN_OR_RETURN(double ridge, args.number("ridge"));
     HELIOS_ASSIGN_OR_RETURN(double l2, args.number("probe-l2"));
     HELIOS_ASSIGN_OR_RETURN(double target, args.number("target-agreement"));
     if (!(target > 0 && target <= 1)) return invalid_argument("--target-agreement must be in (0, 1]");
     opt.target_agreement = target;
     if (max_tokens < 16) return invalid_argument("--max-tokens must be >= 16");
     if (seq_len < 2) return invalid_argument("--seq-len must be >= 2");
-    if (!(ridge >= 0)) return invalid_argument("--ridge must be >= 0");
+    if (args.str("ridge") != "auto") {
+      opt.ridges.clear();
+      std::stringstream list(args.str("ridge"));
+      for (std::string item; std::getline(list, item, ',');) {
+        char* end = nullptr;
+        const double ridge = std::strtod(item.c_str(), &end);
+        if (item.empty() || *end != '\0' || !(ridge >= 0) || !std::isfinite(ridge)) {
+          return invalid_argument("--ridge must be auto or a comma list of numbers >= 0, got '" + args.str("ridge") + "'");
+        }
+        opt.ridges.push_back(static_cast<float>(ridge));
+      }
+    }
     if (!(l2 >= 0)) return invalid_argument("--probe-l2 must be >= 0");
-    opt.ridge = static_cast<float>(ridge);
     opt.probe_l2 = static_cast<float>(l2);
     opt.head = args.str("head");
     if (opt.head != "best" && opt.head != "lens" && opt.head != "ridge" && opt.head != "distilled") {
@@ -103,13 +116,14 @@ int cmd_calibrate(int argc, char** argv) {
   if (Status s = parse_all(); !s.ok()) return usage_error("calibrate", s.message());
   opt.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
 
-  std::vector<std::string> documents;
+  std::vector<std::vector<std::string>> per_file;
   for (const std::string& path : texts) {
     auto docs = load_text_documents(path);
     if (!docs.ok()) return fail("calibrate", docs.status());
     std::fprintf(stderr, "calibrate: %s: %zu documents\n", path.c_str(), docs->size());
-    documents.insert(documents.end(), docs->begin(), docs->end());
+    per_file.push_back(std::move(*docs));
   }
+  const std::vector<std::string> documents = interleave_documents(std::move(per_file));
   auto loaded = load_model(args);
   if (!loaded.ok()) return fail("calibrate", loaded.status());
   Model& model = *loaded->model;

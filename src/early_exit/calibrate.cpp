@@ -178,6 +178,7 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
   if (data.layers.size() < 2 || data.layers.back() != c.n_layer) {
     return invalid_argument("fit_exit_heads needs states at the exits and at the last layer (collect_hidden_states)");
   }
+  if (opt.ridges.empty()) return invalid_argument("ridges: give at least one ridge penalty");
   if (opt.held_out_every < 2) return invalid_argument("held_out_every must be >= 2, got " + std::to_string(opt.held_out_every));
   if (opt.head != "best" && opt.head != "lens" && opt.head != "ridge" && opt.head != "distilled") {
     return invalid_argument("head must be best, lens, ridge or distilled, got '" + opt.head + "'");
@@ -206,6 +207,17 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
   for (size_t i = 0; i < fit_rows.size(); ++i) final_fit[i] = data.final_top1[fit_rows[i]];
   for (size_t i = 0; i < held_rows.size(); ++i) final_held[i] = data.final_top1[held_rows[i]];
   const std::vector<float> y_fit = gather_rows(data.states.back(), fit_rows, d);
+  // The ridge target: each last-layer state over its RMS, what the final norm makes of it up to
+  // the norm's weight. Raw states would let the few tokens with massive activations (thousands
+  // in a handful of dimensions, as at a sequence's first position) outweigh all the others.
+  std::vector<float> y_ridge = y_fit;
+  for (size_t r = 0; r < fit_rows.size(); ++r) {
+    float* row = y_ridge.data() + r * d;
+    double sum_sq = 0;
+    for (int32_t j = 0; j < d; ++j) sum_sq += static_cast<double>(row[j]) * row[j];
+    const auto inv_rms = static_cast<float>(1.0 / std::sqrt(sum_sq / d + c.rms_eps));
+    for (int32_t j = 0; j < d; ++j) row[j] *= inv_rms;
+  }
 
   // Distillation's frozen head and the teacher's targets, once for every exit.
   HostHead host;
@@ -236,15 +248,31 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
 
     // Ridge adapter, then (optionally) distilled from it, against the logit lens on the held-out
     // tokens, each measured through the model's own LM head.
+    // With several penalties, the one whose adapter agrees most on the held-out tokens.
     std::vector<float> w, b;
-    HELIOS_RETURN_IF_ERROR(fit_affine_adapter(x_fit.data(), y_fit.data(), cal.n_fit, d, opt.ridge, &w, &b));
+    std::vector<AffineAdapter> fits;
+    HELIOS_RETURN_IF_ERROR(fit_affine_adapters(x_fit.data(), y_ridge.data(), cal.n_fit, d, opt.ridges, &fits));
     std::vector<float> lens_prob, ridge_prob, kept_prob;
     HELIOS_ASSIGN_OR_RETURN(auto lens_held, exit_head_top1(model, x_held.data(), cal.n_held_out, {}, {}, &lens_prob));
-    HELIOS_ASSIGN_OR_RETURN(auto ridge_held, exit_head_top1(model, x_held.data(), cal.n_held_out, w, b, &ridge_prob));
     std::vector<int64_t> held_index(held_rows.size());
     for (size_t i = 0; i < held_index.size(); ++i) held_index[i] = static_cast<int64_t>(i);
     cal.lens_agreement = agreement(lens_held, final_held, held_index);
-    cal.adapter_agreement = agreement(ridge_held, final_held, held_index);
+    std::vector<int32_t> ridge_held;
+    cal.adapter_agreement = -1;
+    for (AffineAdapter& fit : fits) {
+      std::vector<float> prob;
+      HELIOS_ASSIGN_OR_RETURN(auto top1, exit_head_top1(model, x_held.data(), cal.n_held_out, fit.w, fit.b, &prob));
+      const double agreed = agreement(top1, final_held, held_index);
+      if (fits.size() > 1) say(opt.log, fmt("calibrate: exit %.0f: ridge %g agrees %.3f", layer, fit.ridge, agreed));
+      if (agreed > cal.adapter_agreement) {
+        cal.adapter_agreement = agreed;
+        cal.ridge = fit.ridge;
+        ridge_held = std::move(top1);
+        ridge_prob = std::move(prob);
+        w = std::move(fit.w);
+        b = std::move(fit.b);
+      }
+    }
     const double adapter_s = seconds_since(t0);
     std::vector<int32_t> kept_held = lens_held;
     kept_prob = lens_prob;
@@ -356,8 +384,9 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
     head.n_tokens = n;
     result.heads.heads.push_back(std::move(head));
     result.exits.push_back(cal);
-    say(opt.log, fmt("calibrate: exit %.0f: logit lens %.3f, ridge %.3f, probe %.3f", layer, cal.lens_agreement,
-                     cal.adapter_agreement, cal.probe_accuracy) +
+    say(opt.log, fmt("calibrate: exit %.0f: logit lens %.3f, ridge %.3f (penalty %g)", layer, cal.lens_agreement,
+                     cal.adapter_agreement, cal.ridge) +
+                     fmt(", probe %.3f", cal.probe_accuracy) +
                      (opt.distill ? fmt(", distilled %.3f", cal.distilled_agreement) : std::string()) +
                      fmt(", threshold %.3f covering %.3f", cal.threshold, cal.coverage) + " (" + cal.kept + " kept" +
                      fmt("; %.1f s: ridge %.1f, distill %.1f, probe %.1f)", seconds_since(t0), adapter_s,

@@ -137,6 +137,17 @@ StatusOr<std::vector<std::string>> load_text_documents(const std::string& path) 
   return docs;
 }
 
+std::vector<std::string> interleave_documents(std::vector<std::vector<std::string>> per_file) {
+  std::vector<std::string> out;
+  for (size_t i = 0, taken = 1; taken > 0; ++i) {
+    taken = 0;
+    for (auto& docs : per_file) {
+      if (i < docs.size()) out.push_back(std::move(docs[i])), ++taken;
+    }
+  }
+  return out;
+}
+
 std::vector<std::vector<TokenId>> make_token_sequences(const Tokenizer& tok, const std::vector<std::string>& documents,
                                                        int32_t seq_len, int64_t max_tokens) {
   std::vector<std::vector<TokenId>> out;

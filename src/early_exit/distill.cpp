@@ -12,6 +12,8 @@
 #include <random>
 
 #include "helios/tensor_type.h"
+#include "kernels/kernels.h"
+#include "kernels/ref/exp_avx2.h"
 
 namespace helios {
 namespace {
@@ -50,11 +52,21 @@ struct HeadPass {
   }
 };
 
-double log_sum_exp(const float* z, int32_t n) {
-  const float m = *std::max_element(z, z + n);
-  double s = 0;
-  for (int32_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(z[i] - m));
-  return m + std::log(s);
+double log_sum_exp(const float* z, int32_t n) { return kernels::cpu_log_sum_exp(z, n); }
+
+// out[i] = c e^(z[i] - lse): the exit's softmax, scaled. With the normaliser, the vocabulary-wide
+// exponentials are most of a step's non-BLAS time, so they run 8 at a time.
+void scaled_softmax(const float* z, int32_t n, double lse, float c, float* out) {
+  const auto shift = static_cast<float>(lse);
+  int32_t i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  const __m256 vshift = _mm256_set1_ps(shift), vc = _mm256_set1_ps(c);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = kernels::exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(z + i), vshift));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(vc, e));
+  }
+#endif
+  for (; i < n; ++i) out[i] = c * std::exp(z[i] - shift);
 }
 
 // Sparse KL of row r and, when `grad` is given, dL/dz written over the row (scaled by `scale`).
@@ -69,7 +81,7 @@ double row_loss(const TeacherTargets& t, int64_t target_row, float* z, int32_t n
     mass += p[k];
   }
   if (grad) {
-    for (int32_t i = 0; i < n_vocab; ++i) grad[i] = static_cast<float>(mass * std::exp(z[i] - lse)) * scale;
+    scaled_softmax(z, n_vocab, lse, static_cast<float>(mass) * scale, grad);
     for (int32_t k = 0; k < t.k; ++k) grad[ids[k]] -= p[k] * scale;
   }
   return loss;

@@ -159,17 +159,21 @@ struct LogisticProblem {
 
 }  // namespace
 
-Status fit_affine_adapter(const float* x, const float* y, int64_t n, int32_t d, float ridge,
-                          std::vector<float>* w, std::vector<float>* b) {
+Status fit_affine_adapters(const float* x, const float* y, int64_t n, int32_t d, const std::vector<float>& ridges,
+                           std::vector<AffineAdapter>* out) {
   if (n < 2) return invalid_argument("fit_affine_adapter: needs at least 2 samples (got " + std::to_string(n) + ")");
   if (d <= 0) return invalid_argument("fit_affine_adapter: dimension must be > 0 (got " + std::to_string(d) + ")");
-  if (!(ridge >= 0) || !std::isfinite(ridge)) {
-    return invalid_argument("fit_affine_adapter: ridge must be finite and >= 0 (got " + std::to_string(ridge) + ")");
+  if (ridges.empty()) return invalid_argument("fit_affine_adapter: no ridge penalty given");
+  for (float ridge : ridges) {
+    if (!(ridge >= 0) || !std::isfinite(ridge)) {
+      return invalid_argument("fit_affine_adapter: ridge must be finite and >= 0 (got " + std::to_string(ridge) + ")");
+    }
   }
   HELIOS_RETURN_IF_ERROR(check_finite(x, n * d, "fit_affine_adapter: inputs x"));
   HELIOS_RETURN_IF_ERROR(check_finite(y, n * d, "fit_affine_adapter: targets y"));
 
-  // Centring removes the bias from the solve: W from the centred data, then b = ȳ - W x̄.
+  // Centring removes the bias from the solve: W from the centred data, then b = ȳ - W x̄. The
+  // sums are formed once and solved for every penalty.
   const std::vector<double> mean_x = column_means(x, n, d);
   const std::vector<double> mean_y = column_means(y, n, d);
   const size_t dd = static_cast<size_t>(d) * d;
@@ -192,27 +196,45 @@ Status fit_affine_adapter(const float* x, const float* y, int64_t n, int32_t d, 
     cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, d, rows, 1.0, xc.data(), d, yc.data(), d, 1.0,
                 cross.data(), d);
   }
-  // ridge·n keeps the penalty's weight relative to the data the same at any number of tokens.
-  const double penalty = static_cast<double>(ridge) * static_cast<double>(n);
-  for (int32_t j = 0; j < d; ++j) gram[static_cast<size_t>(j) * d + j] += penalty;
-  if (!cholesky_in_place(gram, d)) {
-    return invalid_argument("fit_affine_adapter: X^T X + ridge*n*I is not positive definite (n " + std::to_string(n) +
-                            ", d " + std::to_string(d) + ", ridge " + std::to_string(ridge) +
-                            "): the inputs are (nearly) collinear; use a larger ridge");
-  }
-  cholesky_solve(gram, d, cross.data(), d);  // cross now holds W^T [in, out]
-
-  w->assign(dd, 0.0f);
-  b->assign(d, 0.0f);
-  for (int32_t out = 0; out < d; ++out) {
-    double bias = mean_y[out];
-    for (int32_t in = 0; in < d; ++in) {
-      const double weight = cross[static_cast<size_t>(in) * d + out];
-      (*w)[static_cast<size_t>(out) * d + in] = static_cast<float>(weight);
-      bias -= weight * mean_x[in];
+  // The penalty in units of the inputs' mean variance times n (trace(Xc^T Xc) / d), so that one
+  // ridge means the same at any number of tokens and at any scale of the hidden states.
+  double trace = 0;
+  for (int32_t j = 0; j < d; ++j) trace += gram[static_cast<size_t>(j) * d + j];
+  const double unit = trace > 0 ? trace / d : static_cast<double>(n);
+  out->clear();
+  for (float ridge : ridges) {
+    std::vector<double> factor = gram, solved = cross;
+    for (int32_t j = 0; j < d; ++j) factor[static_cast<size_t>(j) * d + j] += static_cast<double>(ridge) * unit;
+    if (!cholesky_in_place(factor, d)) {
+      return invalid_argument("fit_affine_adapter: X^T X + ridge*I is not positive definite (n " + std::to_string(n) +
+                              ", d " + std::to_string(d) + ", ridge " + std::to_string(ridge) +
+                              "): the inputs are (nearly) collinear; use a larger ridge");
     }
-    (*b)[out] = static_cast<float>(bias);
+    cholesky_solve(factor, d, solved.data(), d);  // solved holds W^T [in, out]
+    AffineAdapter a;
+    a.ridge = ridge;
+    a.w.assign(dd, 0.0f);
+    a.b.assign(d, 0.0f);
+    for (int32_t o = 0; o < d; ++o) {
+      double bias = mean_y[o];
+      for (int32_t in = 0; in < d; ++in) {
+        const double weight = solved[static_cast<size_t>(in) * d + o];
+        a.w[static_cast<size_t>(o) * d + in] = static_cast<float>(weight);
+        bias -= weight * mean_x[in];
+      }
+      a.b[o] = static_cast<float>(bias);
+    }
+    out->push_back(std::move(a));
   }
+  return ok_status();
+}
+
+Status fit_affine_adapter(const float* x, const float* y, int64_t n, int32_t d, float ridge,
+                          std::vector<float>* w, std::vector<float>* b) {
+  std::vector<AffineAdapter> fits;
+  HELIOS_RETURN_IF_ERROR(fit_affine_adapters(x, y, n, d, {ridge}, &fits));
+  *w = std::move(fits[0].w);
+  *b = std::move(fits[0].b);
   return ok_status();
 }
 

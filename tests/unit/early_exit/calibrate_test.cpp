@@ -89,6 +89,13 @@ TEST(CalibrationText, SequencesTakeEveryDocumentsFirstChunkFirst) {
   EXPECT_EQ(default_exit_heads_path("models/stories260K.gguf"), "models/stories260K.exits.gguf");
 }
 
+TEST(CalibrationText, FilesTakeTurns) {
+  const std::vector<std::string> docs = interleave_documents({{"a0", "a1", "a2", "a3"}, {"b0"}, {"c0", "c1"}});
+  EXPECT_EQ(docs, (std::vector<std::string>{"a0", "b0", "c0", "a1", "c1", "a2", "a3"}));
+  EXPECT_TRUE(interleave_documents({}).empty());
+  EXPECT_TRUE(interleave_documents({{}, {}}).empty());
+}
+
 // One calibration shared by the tests below (stories260K, ~4K tokens: a second or two).
 struct Calibrated {
   testing::StoriesModel s;

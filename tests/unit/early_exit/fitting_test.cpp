@@ -109,6 +109,37 @@ TEST(FitAffineAdapter, RidgeShrinksTheWeights) {
   EXPECT_LT(norm_large, norm_small / 4);
 }
 
+TEST(FitAffineAdapter, OnePassServesEveryPenalty) {
+  const AffineData data = make_affine_data(8, 200, 0.1f, 15);
+  std::vector<AffineAdapter> fits;
+  ASSERT_TRUE(fit_affine_adapters(data.x.data(), data.y.data(), data.n, data.d, {1e-4f, 0.5f}, &fits).ok());
+  ASSERT_EQ(fits.size(), 2u);
+  for (const AffineAdapter& fit : fits) {
+    std::vector<float> w, b;
+    ASSERT_TRUE(fit_affine_adapter(data.x.data(), data.y.data(), data.n, data.d, fit.ridge, &w, &b).ok());
+    EXPECT_EQ(fit.w, w) << fit.ridge;
+    EXPECT_EQ(fit.b, b) << fit.ridge;
+  }
+  EXPECT_GT(max_abs_diff(fits[0].w, fits[1].w), 1e-3);
+  std::vector<AffineAdapter> none;
+  EXPECT_EQ(fit_affine_adapters(data.x.data(), data.y.data(), data.n, data.d, {}, &none).code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(FitAffineAdapter, ThePenaltyFollowsTheScaleOfTheInputs) {
+  // Inputs 100x larger: the same ridge gives the same map (W / 100), as the penalty is in units
+  // of the inputs' variance, so one ridge suits layers whose states differ in scale.
+  const AffineData data = make_affine_data(8, 200, 0.1f, 16);
+  std::vector<float> x_big = data.x;
+  for (float& v : x_big) v *= 100.0f;
+  std::vector<float> w, b, w_big, b_big;
+  ASSERT_TRUE(fit_affine_adapter(data.x.data(), data.y.data(), data.n, data.d, 0.3f, &w, &b).ok());
+  ASSERT_TRUE(fit_affine_adapter(x_big.data(), data.y.data(), data.n, data.d, 0.3f, &w_big, &b_big).ok());
+  for (float& v : w_big) v *= 100.0f;
+  EXPECT_LT(max_abs_diff(w, w_big), 1e-4);
+  EXPECT_LT(max_abs_diff(b, b_big), 1e-4);
+}
+
 TEST(FitAffineAdapter, RejectsBadInput) {
   std::vector<float> x(8 * 4, 1.0f), y(8 * 4, 1.0f), w, b;
   EXPECT_EQ(fit_affine_adapter(x.data(), y.data(), 1, 4, 0.1f, &w, &b).code(), StatusCode::kInvalidArgument);
