@@ -2,7 +2,7 @@
 # Early exit on the CPU, per model: what each policy buys in serving throughput and costs in
 # quality, with each kind of exit head, side by side in one run.
 #   1. exit heads, once per model and kind, kept in models/: `helios calibrate --head lens|ridge|distilled`
-#      on ShareGPT (mlenergy sg90k first prompts) + GSM8K; lens heads are the identity with their
+#      on ShareGPT conversations (with replies, where scripts/fetch_sharegpt.sh has run) + GSM8K; lens heads are the identity with their
 #      fitted agreement curve, so every kind serves the calibrated `agreement` measure;
 #   2. evaluation text: ShareGPT V3, less every conversation whose prompt is in the calibration text
 #      (split_text.py; the counts go into the report);
@@ -36,9 +36,9 @@ case "$MODEL_KEY" in
   smollm2)   MODEL=$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf; EXITS=8,15,22; FIXED=22; DRAFT=15
              CAL_DEFAULT=8192; PROMPTS_DEFAULT=32 ;;
   qwen-0.5b) MODEL=$ROOT/models/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf; EXITS=6,12,18; FIXED=18; DRAFT=12
-             CAL_DEFAULT=4096; PROMPTS_DEFAULT=16 ;;
+             CAL_DEFAULT=16384; PROMPTS_DEFAULT=16 ;;
   qwen-1.5b) MODEL=$ROOT/models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf; EXITS=7,14,21; FIXED=21; DRAFT=14
-             CAL_DEFAULT=4096; PROMPTS_DEFAULT=12 ;;
+             CAL_DEFAULT=16384; PROMPTS_DEFAULT=12 ;;
   *) echo "--model must be smollm2, qwen-0.5b or qwen-1.5b" >&2; exit 2 ;;
 esac
 CAL_TOKENS=${CAL_TOKENS:-$CAL_DEFAULT}  # distillation's cost grows with them: minutes per exit on 2 cores
@@ -51,7 +51,11 @@ GEN_PROMPTS=8
 THRESHOLDS="0.8 0.9"
 if [ "$QUICK" = 1 ]; then NUM_PROMPTS=4; CAL_TOKENS=1024; EVAL_TOKENS=256; GEN_PROMPTS=2; THRESHOLDS="0.8"; fi
 
-SG_CAL=${SG_CAL:-$ROOT/../shared/data/sharegpt/mlenergy_sg90k_first_prompts_2978_sorted.json}
+# Calibration: ShareGPT conversations with their replies (scripts/fetch_sharegpt.sh) where fetched, the
+# text a server decodes; else the prompt-only sg90k sample.
+SG_FULL=$ROOT/data/sharegpt/ShareGPT_V3_unfiltered_cleaned_split.first17671.json
+[ -f "$SG_FULL" ] || SG_FULL=$ROOT/../shared/data/sharegpt/mlenergy_sg90k_first_prompts_2978_sorted.json
+SG_CAL=${SG_CAL:-$SG_FULL}
 GSM8K=${GSM8K:-$ROOT/../shared/data/intercept/gsm8k/test.jsonl}
 SG_EVAL=${SG_EVAL:-$ROOT/../shared/data/sharegpt/mlenergy_ShareGPT_V3_filtered_1000_prompts.json}
 STAMP=$(date -u +%Y-%m-%dT%H%MZ)

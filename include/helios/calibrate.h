@@ -76,7 +76,7 @@ float fit_exit_threshold(const std::vector<float>& top1_prob, const std::vector<
 struct CalibrationOptions {
   // fit_affine_adapter's ridge penalties (in units of the inputs' variance): each exit keeps the
   // one whose adapter agrees most with the last layer on the held-out tokens.
-  std::vector<float> ridges = {1e-4f, 1e-3f, 1e-2f, 1e-1f, 1.0f};
+  std::vector<float> ridges = {1e-6f, 1e-5f, 1e-4f, 1e-3f, 1e-2f, 1e-1f};
   float probe_l2 = 0.1f;         // fit_logistic_probe's l2 (smaller overfits 576-wide features)
   int32_t probe_iterations = 25;
   int32_t held_out_every = 5;    // every 5th sequence (or token, with < 5 sequences) is held out

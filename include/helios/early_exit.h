@@ -195,7 +195,8 @@ float cosine_similarity(const float* a, const float* b, int32_t n);
 // scale of the states). x, y: [n, d]. w: [d, d] row-major (out, in); b: [d].
 Status fit_affine_adapter(const float* x, const float* y, int64_t n, int32_t d, float ridge,
                           std::vector<float>* w, std::vector<float>* b);
-// The same for several penalties at the cost of one pass over the data (a solve per penalty).
+// The same for several penalties at the cost of one pass over the data (a solve per penalty); a
+// penalty too small for the inputs' collinearity is left out, INVALID_ARGUMENT when all are.
 struct AffineAdapter {
   float ridge = 0;
   std::vector<float> w, b;

@@ -36,7 +36,7 @@ int cmd_calibrate(int argc, char** argv) {
       .option("out", "PATH", "where to write the heads (default: MODEL without .gguf + .exits.gguf)")
       .option("max-tokens", "N", "calibration tokens in all", "8192")
       .option("seq-len", "S", "tokens per teacher-forced sequence", "256")
-      .option("ridge", "R", "adapter ridge penalties, in units of the inputs' variance: auto (1e-4,1e-3,1e-2,0.1,1) or "
+      .option("ridge", "R", "adapter ridge penalties, in units of the inputs' variance: auto (1e-6,1e-5,...,0.1) or "
               "a comma list; each exit keeps the one that agrees most on held-out tokens", "auto")
       .option("probe-l2", "L", "probe L2 penalty", "0.1")
       .option("target-agreement", "A", "per-exit thresholds: the share of leaving tokens whose top-1 must be the "

@@ -201,14 +201,15 @@ Status fit_affine_adapters(const float* x, const float* y, int64_t n, int32_t d,
   double trace = 0;
   for (int32_t j = 0; j < d; ++j) trace += gram[static_cast<size_t>(j) * d + j];
   const double unit = trace > 0 ? trace / d : static_cast<double>(n);
+  // A penalty too small for (nearly) collinear inputs is skipped; an error only when none is left.
   out->clear();
+  float failed = -1;
   for (float ridge : ridges) {
     std::vector<double> factor = gram, solved = cross;
     for (int32_t j = 0; j < d; ++j) factor[static_cast<size_t>(j) * d + j] += static_cast<double>(ridge) * unit;
     if (!cholesky_in_place(factor, d)) {
-      return invalid_argument("fit_affine_adapter: X^T X + ridge*I is not positive definite (n " + std::to_string(n) +
-                              ", d " + std::to_string(d) + ", ridge " + std::to_string(ridge) +
-                              "): the inputs are (nearly) collinear; use a larger ridge");
+      failed = std::max(failed, ridge);
+      continue;
     }
     cholesky_solve(factor, d, solved.data(), d);  // solved holds W^T [in, out]
     AffineAdapter a;
@@ -225,6 +226,11 @@ Status fit_affine_adapters(const float* x, const float* y, int64_t n, int32_t d,
       a.b[o] = static_cast<float>(bias);
     }
     out->push_back(std::move(a));
+  }
+  if (out->empty()) {
+    return invalid_argument("fit_affine_adapter: X^T X + ridge*I is not positive definite (n " + std::to_string(n) +
+                            ", d " + std::to_string(d) + ", ridge " + std::to_string(failed) +
+                            "): the inputs are (nearly) collinear; use a larger ridge");
   }
   return ok_status();
 }

@@ -155,6 +155,11 @@ TEST(FitAffineAdapter, CollinearInputsWithoutRidgeSuggestARidge) {
   Status s = fit_affine_adapter(x.data(), y.data(), 8, 4, 0.0f, &w, &b);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("ridge"), std::string::npos) << s.message();
+  // Of several penalties, the ones that are well posed are fitted.
+  std::vector<AffineAdapter> fits;
+  ASSERT_TRUE(fit_affine_adapters(x.data(), y.data(), 8, 4, {0.0f, 0.1f}, &fits).ok());
+  ASSERT_EQ(fits.size(), 1u);
+  EXPECT_EQ(fits[0].ridge, 0.1f);
   // With a ridge it is well posed: W = 0 and b = ȳ.
   ASSERT_TRUE(fit_affine_adapter(x.data(), y.data(), 8, 4, 0.1f, &w, &b).ok());
   for (float v : w) EXPECT_EQ(v, 0.0f);
