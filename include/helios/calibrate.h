@@ -86,8 +86,8 @@ struct CalibrationOptions {
   // agreement), or one of "lens" (identity), "ridge", "distilled" (needs distill) whatever it scores,
   // to compare head kinds on the same calibration.
   std::string head = "best";
-  int32_t distill_epochs = 6;
-  float distill_learning_rate = 2e-4f;
+  int32_t distill_epochs = 3;
+  float distill_learning_rate = 1e-3f;
   int32_t distill_rank = 32;     // DistillOptions::rank
   int32_t teacher_top_k = 64;    // the teacher's tokens the sparse KL keeps
   int32_t curve_points = 64;     // points of each exit's agreement curve

@@ -42,8 +42,8 @@ int cmd_calibrate(int argc, char** argv) {
       .option("target-agreement", "A", "per-exit thresholds: the share of leaving tokens whose top-1 must be the "
                                        "full model's (policy per-token with --threshold calibrated uses them)", "0.9")
       .option("distill", "", "train each adapter by distillation as well (minutes on 2 cores; progress per epoch)")
-      .option("distill-epochs", "N", "distillation passes over the fit tokens (the best held-out one is kept)", "6")
-      .option("distill-lr", "LR", "distillation's Adam learning rate", "2e-4")
+      .option("distill-epochs", "N", "distillation passes over the fit tokens (the best held-out one is kept)", "3")
+      .option("distill-lr", "LR", "distillation's Adam learning rate", "1e-3")
       .option("teacher-top-k", "K", "the last layer's most likely tokens the sparse KL keeps", "64")
       .option("head", "KIND", "the head every exit keeps: best (of lens, ridge and distilled, on held-out agreement), "
               "or lens | ridge | distilled whatever it scores, to compare kinds on one calibration", "best")
