@@ -29,6 +29,17 @@ std::string fmt(const char* format, double a, double b = 0, double c = 0, double
   return buf;
 }
 
+// Each of the n rows of [n, d] divided by its RMS, sqrt(mean(x^2) + eps).
+void divide_rows_by_rms(float* rows, int64_t n, int32_t d, double eps) {
+  for (int64_t i = 0; i < n; ++i) {
+    float* row = rows + i * d;
+    double sum_sq = 0;
+    for (int32_t j = 0; j < d; ++j) sum_sq += static_cast<double>(row[j]) * row[j];
+    const auto inv_rms = static_cast<float>(1.0 / std::sqrt(sum_sq / d + eps));
+    for (int32_t j = 0; j < d; ++j) row[j] *= inv_rms;
+  }
+}
+
 // rows[i] of a [*, d] matrix, gathered into [rows.size(), d].
 std::vector<float> gather_rows(const std::vector<float>& m, const std::vector<int64_t>& rows, int32_t d) {
   std::vector<float> out(rows.size() * static_cast<size_t>(d));
@@ -211,13 +222,7 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
   // the norm's weight. Raw states would let the few tokens with massive activations (thousands
   // in a handful of dimensions, as at a sequence's first position) outweigh all the others.
   std::vector<float> y_ridge = y_fit;
-  for (size_t r = 0; r < fit_rows.size(); ++r) {
-    float* row = y_ridge.data() + r * d;
-    double sum_sq = 0;
-    for (int32_t j = 0; j < d; ++j) sum_sq += static_cast<double>(row[j]) * row[j];
-    const auto inv_rms = static_cast<float>(1.0 / std::sqrt(sum_sq / d + c.rms_eps));
-    for (int32_t j = 0; j < d; ++j) row[j] *= inv_rms;
-  }
+  divide_rows_by_rms(y_ridge.data(), static_cast<int64_t>(fit_rows.size()), d, c.rms_eps);
 
   // Distillation's frozen head and the teacher's targets, once for every exit.
   HostHead host;
@@ -358,13 +363,7 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
       check.agreed = leaving ? static_cast<double>(agreed) / static_cast<double>(leaving) : 1.0;
       cal.curve_checks.push_back(check);
     }
-    for (int64_t i = 0; i < cal.n_fit; ++i) {  // features h / rms(h), as probe_score reads them
-      float* row = x_fit.data() + i * d;
-      double sum_sq = 0;
-      for (int32_t j = 0; j < d; ++j) sum_sq += static_cast<double>(row[j]) * row[j];
-      const auto inv_rms = static_cast<float>(1.0 / std::sqrt(sum_sq / d + 1e-6));
-      for (int32_t j = 0; j < d; ++j) row[j] *= inv_rms;
-    }
+    divide_rows_by_rms(x_fit.data(), cal.n_fit, d, 1e-6);  // features h / rms(h), as probe_score reads them
     HELIOS_RETURN_IF_ERROR(fit_logistic_probe(x_fit.data(), label_fit.data(), cal.n_fit, d, opt.probe_l2,
                                               opt.probe_iterations, &head.probe_weight, &head.probe_bias));
     int64_t correct = 0, agree = 0;

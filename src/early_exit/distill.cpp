@@ -52,8 +52,6 @@ struct HeadPass {
   }
 };
 
-double log_sum_exp(const float* z, int32_t n) { return kernels::cpu_log_sum_exp(z, n); }
-
 // out[i] = c e^(z[i] - lse): the exit's softmax, scaled. With the normaliser, the vocabulary-wide
 // exponentials are most of a step's non-BLAS time, so they run 8 at a time.
 void scaled_softmax(const float* z, int32_t n, double lse, float c, float* out) {
@@ -71,7 +69,7 @@ void scaled_softmax(const float* z, int32_t n, double lse, float c, float* out) 
 
 // Sparse KL of row r and, when `grad` is given, dL/dz written over the row (scaled by `scale`).
 double row_loss(const TeacherTargets& t, int64_t target_row, float* z, int32_t n_vocab, float* grad, float scale) {
-  const double lse = log_sum_exp(z, n_vocab);
+  const double lse = kernels::cpu_log_sum_exp(z, n_vocab);
   const int32_t* ids = t.ids.data() + target_row * t.k;
   const float* p = t.probs.data() + target_row * t.k;
   double loss = 0, mass = 0;
@@ -141,7 +139,7 @@ TeacherTargets teacher_targets(const HostHead& head, const float* h_last, int64_
     pass.run(head, h_last + r0 * head.n_embd, rows, {}, {});
     for (int32_t r = 0; r < rows; ++r) {
       const float* z = pass.z.data() + static_cast<size_t>(r) * head.n_vocab;
-      const double lse = log_sum_exp(z, head.n_vocab);
+      const double lse = kernels::cpu_log_sum_exp(z, head.n_vocab);
       std::iota(order.begin(), order.end(), 0);
       std::partial_sort(order.begin(), order.begin() + t.k, order.end(),
                         [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
