@@ -17,12 +17,19 @@
 
 namespace helios {
 
-// A weight matrix in backend memory, [n_out, n_in] row-major in `type`'s GGUF block layout.
+// How a matrix's blocks lie in backend memory.
+enum class WeightLayout : uint8_t {
+  kRows,         // GGUF's: row after row
+  kInterleaved,  // groups of kernels::kInterleavedRows rows, their blocks together (kernels::ref_interleave_weights)
+};
+
+// A weight matrix in backend memory, [n_out, n_in] in `type`'s GGUF blocks, laid out by `layout`.
 struct WeightMatrix {
   const void* data = nullptr;
   TensorType type = TensorType::kF32;
   int32_t n_out = 0;
   int32_t n_in = 0;
+  WeightLayout layout = WeightLayout::kRows;
 };
 
 class Backend {
@@ -44,6 +51,11 @@ class Backend {
   virtual Status error() const { return ok_status(); }
   // Weight types matmul() takes as they are; the loader turns others into F32.
   virtual bool supports_weight_type(TensorType type) const = 0;
+  // The layout the loader stores a [n_out, n_in] matrix of `type` in for matmul() (never an
+  // embedding table, whose rows are gathered); matmul() takes kRows matrices too.
+  virtual WeightLayout matmul_layout(TensorType, int32_t /*n_out*/, int32_t /*n_in*/) const {
+    return WeightLayout::kRows;
+  }
   // KV cache element types kv_write and paged_attention take (the default: f32 only).
   virtual bool supports_kv_type(kernels::KvType type) const { return type == kernels::KvType::kF32; }
 
@@ -74,8 +86,9 @@ class Backend {
   // loader turns a table of another type into F32.
   virtual bool supports_embedding_type(TensorType type) const { return type == TensorType::kF32; }
   // out[t] = row host_tokens[t] of `table` ([n_vocab, dim] = [table.n_out, table.n_in], F32 or a
-  // type supports_embedding_type takes) as f32: a quantized table is dequantized row by row. The
-  // default gathers F32 tables with embedding().  out: [n_tokens, table.n_in]
+  // type supports_embedding_type takes; in kRows or, shared with a tied LM head, in the layout
+  // matmul_layout gives) as f32: a quantized table is dequantized row by row. The default gathers
+  // F32 tables with embedding().  out: [n_tokens, table.n_in]
   virtual void embedding_rows(const int32_t* host_tokens, int32_t n_tokens, const WeightMatrix& table,
                               float* out);
   // x += y, then out = rmsnorm(x) · weight, as kernels::ref_add_rmsnorm.

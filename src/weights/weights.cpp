@@ -71,13 +71,34 @@ TensorType kept_type(const Backend& backend, TensorType type, bool embedding) {
   return keep ? type : TensorType::kF32;
 }
 
-// A matrix [n_rows, n_cols] in kept_type: the file's bytes as they are, or dequantized.
+// What a matrix is loaded for: matmul(), embedding_rows(), or both (a tied LM head).
+enum class Use { kMatmul, kEmbedding, kTiedEmbedding };
+
+// The layout a matrix keeps in backend memory: the backend's for matmul(), GGUF's rows for an
+// embedding table alone (rows are gathered from it) and for anything dequantized. A table tied
+// to the LM head takes the head's layout where both keep the same type, so one copy serves both.
+WeightLayout kept_layout(const Backend& backend, TensorType type, int64_t n_cols, int64_t n_rows, Use use) {
+  if (kept_type(backend, type, false) != type) return WeightLayout::kRows;
+  if (use == Use::kEmbedding || (use == Use::kTiedEmbedding && !backend.supports_embedding_type(type))) {
+    return WeightLayout::kRows;
+  }
+  return backend.matmul_layout(type, static_cast<int32_t>(n_rows), static_cast<int32_t>(n_cols));
+}
+
+// A matrix [n_rows, n_cols] in kept_type and kept_layout: the file's bytes as they are,
+// rearranged, or dequantized.
 StatusOr<Matrix> load_matrix(const GgufFile& file, Backend& backend, const std::string& name,
-                             int64_t n_cols, int64_t n_rows, bool embedding = false) {
+                             int64_t n_cols, int64_t n_rows, Use use = Use::kMatmul) {
   HELIOS_ASSIGN_OR_RETURN(const GgufTensorInfo* t, find_checked(file, name, n_cols, n_rows));
   Matrix m;
-  m.view = {nullptr, t->type, static_cast<int32_t>(n_rows), static_cast<int32_t>(n_cols)};
-  if (kept_type(backend, t->type, embedding) == t->type) {
+  const bool embedding = use != Use::kMatmul;
+  m.view = {nullptr, t->type, static_cast<int32_t>(n_rows), static_cast<int32_t>(n_cols),
+            kept_layout(backend, t->type, n_cols, n_rows, use)};
+  if (m.view.layout == WeightLayout::kInterleaved) {
+    std::vector<uint8_t> packed(t->n_bytes);
+    kernels::ref_interleave_weights(static_cast<uint32_t>(t->type), t->data, m.view.n_out, m.view.n_in, packed.data());
+    HELIOS_ASSIGN_OR_RETURN(m.storage, upload(backend, name, packed.data(), packed.size()));
+  } else if (kept_type(backend, t->type, embedding) == t->type) {
     HELIOS_ASSIGN_OR_RETURN(m.storage, upload(backend, name, t->data, t->n_bytes));
   } else {
     HELIOS_ASSIGN_OR_RETURN(m.storage, load_f32(file, backend, name, n_cols, n_rows));
@@ -181,13 +202,14 @@ StatusOr<ModelWeights> load_weights(const GgufFile& file, const ModelConfig& c, 
   for (int32_t l = 0; l < n_layers; ++l) load.n_total += load.n_block_tensors(l);
   ModelWeights& w = load.w;
   HELIOS_ASSIGN_OR_RETURN(w.tok_embd, load_matrix(file, backend, "token_embd.weight", c.n_embd, c.n_vocab,
-                                                  /*embedding=*/true));
+                                                  c.tied_output ? Use::kTiedEmbedding : Use::kEmbedding));
   load.count(w.tok_embd.storage, int64_t{c.n_embd} * c.n_vocab);
   HELIOS_ASSIGN_OR_RETURN(w.output_norm, load.vec("output_norm.weight", c.n_embd));
   if (c.tied_output) {
-    // One copy of the table when the LM head multiplies with the type the embedding keeps.
+    // One copy of the table when the LM head multiplies with the type and layout the embedding keeps.
     const TensorType file_type = file.find_tensor("token_embd.weight")->type;
-    if (kept_type(backend, file_type, false) == w.tok_embd.view.type) {
+    if (kept_type(backend, file_type, false) == w.tok_embd.view.type &&
+        kept_layout(backend, file_type, c.n_embd, c.n_vocab, Use::kMatmul) == w.tok_embd.view.layout) {
       w.output.view = w.tok_embd.view;
     } else {
       HELIOS_ASSIGN_OR_RETURN(w.output, load_matrix(file, backend, "token_embd.weight", c.n_embd, c.n_vocab));

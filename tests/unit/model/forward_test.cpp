@@ -333,8 +333,9 @@ TEST(Forward, QuantizedWeightsGiveBitIdenticalLogitsWhateverTheBatchShape) {
   }
 }
 
-// A quantized embedding table stays in the file's type, shared with a tied LM head (one copy):
-// the lookup dequantizes each token's row, to exactly the floats dequantize_row gives.
+// A quantized embedding table stays in the file's type, shared with a tied LM head (one copy, in
+// the head's layout: Q4_K interleaved on the CPU): the lookup dequantizes each token's row, to
+// exactly the floats dequantize_row gives.
 TEST(ModelLoad, QuantizedEmbeddingTableIsKeptOnceAndGatheredRowByRow) {
   for (TensorType type : {TensorType::kQ8_0, TensorType::kQ5_1, TensorType::kQ4_K, TensorType::kQ6_K}) {
     SCOPED_TRACE(tensor_type_name(type));
@@ -346,6 +347,7 @@ TEST(ModelLoad, QuantizedEmbeddingTableIsKeptOnceAndGatheredRowByRow) {
     EXPECT_EQ(w.output.view.data, w.tok_embd.view.data);
     EXPECT_EQ(w.output.view.type, type);
     EXPECT_TRUE(w.output.storage.empty());
+    EXPECT_EQ(w.tok_embd.view.layout, type == TensorType::kQ4_K ? WeightLayout::kInterleaved : WeightLayout::kRows);
     auto file = GgufFile::open(path);
     const GgufTensorInfo* t = (*file)->find_tensor("token_embd.weight");
     const int64_t row_bytes = tensor_row_bytes(type, 256);

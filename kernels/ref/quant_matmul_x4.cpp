@@ -1,0 +1,256 @@
+// Q4_K weights with 4 rows interleaved, against Q8_K activations. GGUF's layout puts a row's
+// super-blocks one after another, so a kernel multiplies one weight row at a time and needs two
+// multiplies (maddubs, then madd with the sub-block's scale) per 32 products. Interleaved, one
+// 8-byte activation broadcast meets 8 bytes of each of 4 rows in one maddubs; a sub-block's four
+// maddubs (32 values × 4 rows) are summed in 16-bit lanes (at most 4·2·15·127 = 15,240) and then
+// meet the 4 rows' scales in one madd: 1.25 multiplies per 32 products. The interleaved block is
+// the 4 rows' GGUF bytes rearranged, so the weights take no more memory.
+//
+// The integer sums are exact in any order; the float order differs from llama.cpp's row kernel
+// (quant_matmul_k.cpp): per row, two int32 lanes (each 32-value sub-block's first and second
+// halves of every 8-byte chunk) and two min lanes (sub-blocks 0-3, 4-7) accumulate with one fused
+// multiply-add per super-block, added at the end as (a0 + a1) + (m0 + m1). The scalar twin
+// follows the same order, so the two give the same bits.
+#include <cstring>
+
+#include "kernels/kernels.h"
+#include "kernels/ref/fp16.h"
+#include "kernels/ref/quant_kernels.h"
+
+namespace helios::kernels {
+namespace quant {
+namespace {
+
+// 4 weight rows' super-block b (rows 4g..4g+3 of the matrix): their d and dmin, their 12 packed
+// scale bytes as three 32-bit words each (word i of row k at scales[i][k], so that one 128-bit
+// load holds word i of all 4 rows), and their nibbles in 8-byte chunks: qs[p][c][k] is row k's
+// qs[32p + 8c .. 32p + 8c + 8] (values 8c..8c+7 of sub-blocks 2p, low nibbles, and 2p+1, high).
+struct BlockQ4_Kx4 {
+  uint16_t d[4];
+  uint16_t dmin[4];
+  uint32_t scales[3][4];
+  uint8_t qs[4][4][4][8];
+};
+static_assert(sizeof(BlockQ4_Kx4) == 4 * sizeof(BlockQ4_K), "the same bytes, rearranged");
+
+void interleave_q4_k(const BlockQ4_K* w, int32_t n_out, int nb, BlockQ4_Kx4* out) {
+  for (int32_t g = 0; g < n_out / 4; ++g) {
+    for (int b = 0; b < nb; ++b) {
+      BlockQ4_Kx4& o = out[static_cast<int64_t>(g) * nb + b];
+      for (int k = 0; k < 4; ++k) {
+        const BlockQ4_K& s = w[static_cast<int64_t>(4 * g + k) * nb + b];
+        o.d[k] = s.d;
+        o.dmin[k] = s.dmin;
+        for (int i = 0; i < 3; ++i) std::memcpy(&o.scales[i][k], s.scales + 4 * i, 4);
+        for (int p = 0; p < 4; ++p)
+          for (int c = 0; c < 4; ++c) std::memcpy(o.qs[p][c][k], s.qs + 32 * p + 8 * c, 8);
+      }
+    }
+  }
+}
+
+// Row `row` of the matrix back in GGUF's blocks.
+void deinterleave_row_q4_k(const BlockQ4_Kx4* w, int nb, int32_t row, BlockQ4_K* out) {
+  const int k = row % 4;
+  for (int b = 0; b < nb; ++b) {
+    const BlockQ4_Kx4& s = w[static_cast<int64_t>(row / 4) * nb + b];
+    BlockQ4_K& o = out[b];
+    o.d = s.d[k];
+    o.dmin = s.dmin[k];
+    for (int i = 0; i < 3; ++i) std::memcpy(o.scales + 4 * i, &s.scales[i][k], 4);
+    for (int p = 0; p < 4; ++p)
+      for (int c = 0; c < 4; ++c) std::memcpy(o.qs + 32 * p + 8 * c, s.qs[p][c][k], 8);
+  }
+}
+
+void deinterleave_q4_k(const BlockQ4_Kx4* w, int32_t n_out, int nb, BlockQ4_K* out) {
+  for (int32_t r = 0; r < n_out; ++r) deinterleave_row_q4_k(w, nb, r, out + static_cast<int64_t>(r) * nb);
+}
+
+// --- Scalar twin: one activation row against the 4 weight rows, out[k] for row k.
+void dot_q4_k_x4(const BlockQ4_Kx4* w, const BlockQ8_K* x, int nb, float out[4]) {
+  float acc[4][2] = {}, acc_m[4][2] = {};
+  for (int b = 0; b < nb; ++b) {
+    const BlockQ4_Kx4& wb = w[b];
+    const BlockQ8_K& xb = x[b];
+    for (int k = 0; k < 4; ++k) {
+      uint8_t packed[12], sc[8], mn[8];
+      for (int i = 0; i < 3; ++i) std::memcpy(packed + 4 * i, &wb.scales[i][k], 4);
+      for (int j = 0; j < 8; ++j) k_quant_scale_min(j, packed, &sc[j], &mn[j]);
+      int32_t lanes[2] = {}, mins[2] = {};
+      for (int j = 0; j < 8; ++j) {
+        for (int c = 0; c < 4; ++c) {
+          const uint8_t* q = wb.qs[j / 2][c][k];
+          const int8_t* a = xb.qs + 32 * j + 8 * c;
+          for (int i = 0; i < 8; ++i) lanes[i / 4] += sc[j] * ((q[i] >> (4 * (j % 2))) & 0xF) * a[i];
+        }
+        mins[j / 4] += mn[j] * (xb.bsums[2 * j] + xb.bsums[2 * j + 1]);
+      }
+      const float d = xb.d * fp16_to_fp32(wb.d[k]), dmin = -xb.d * fp16_to_fp32(wb.dmin[k]);
+      for (int h = 0; h < 2; ++h) {
+        acc[k][h] = std::fma(d, static_cast<float>(lanes[h]), acc[k][h]);
+        acc_m[k][h] = std::fma(dmin, static_cast<float>(mins[h]), acc_m[k][h]);
+      }
+    }
+  }
+  for (int k = 0; k < 4; ++k) out[k] = (acc[k][0] + acc[k][1]) + (acc_m[k][0] + acc_m[k][1]);
+}
+
+struct TileX4Scalar {
+  template <int R>
+  void operator()(const BlockQ4_Kx4* w, const BlockQ8_K* const* x, int nb, float* out) const {
+    for (int r = 0; r < R; ++r) dot_q4_k_x4(w, x[r], nb, out + 4 * r);
+  }
+};
+
+#if HELIOS_QUANT_AVX2
+inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// The 4 weight rows against R activation rows: out[4r + k]. Lanes of a row-major __m256i of
+// int16 or int32 follow the interleaved bytes: rows 0-3 in quarters.
+struct TileX4Avx2 {
+  template <int R>
+  void operator()(const BlockQ4_Kx4* w, const BlockQ8_K* const* x, int nb, float* out) const {
+    __m256 acc[R], acc_m[R];
+    for (int r = 0; r < R; ++r) acc[r] = acc_m[r] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    // pshufb picking scale j of rows (0, 1) in the low half, (2, 3) in the high: int16 lanes 4k..4k+3
+    const __m256i pick0 = _mm256_setr_epi8(0, -1, 0, -1, 0, -1, 0, -1, 8, -1, 8, -1, 8, -1, 8, -1,
+                                           0, -1, 0, -1, 0, -1, 0, -1, 8, -1, 8, -1, 8, -1, 8, -1);
+    const __m128i low6 = _mm_set1_epi8(0x3f), low4 = _mm_set1_epi8(0xF), low2 = _mm_set1_epi8(3);
+    for (int b = 0; b < nb; ++b) {
+      const BlockQ4_Kx4& wb = w[b];
+      // k_quant_scale_min for the 4 rows at once, a row per 32-bit lane.
+      const __m128i u0 = load128(wb.scales[0]), u1 = load128(wb.scales[1]), u2 = load128(wb.scales[2]);
+      const __m128i sc_lo = _mm_and_si128(u0, low6), mn_lo = _mm_and_si128(u1, low6);
+      const __m128i sc_hi = _mm_or_si128(_mm_and_si128(u2, low4), _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(u0, 6), low2), 4));
+      const __m128i mn_hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(u2, 4), low4),
+                                         _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(u1, 6), low2), 4));
+      // bytes: [row 0's 8 scales, row 1's | row 2's, row 3's]
+      const __m256i sc = _mm256_set_m128i(_mm_unpackhi_epi32(sc_lo, sc_hi), _mm_unpacklo_epi32(sc_lo, sc_hi));
+      __m256i sumi[R];
+      for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        __m256i q[4];
+        for (int c = 0; c < 4; ++c) {
+          const __m256i bits = load256(wb.qs[j / 2][c]);
+          q[c] = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(bits, 4) : bits, m4);
+        }
+        const __m256i scale = _mm256_shuffle_epi8(sc, _mm256_add_epi8(pick0, _mm256_set1_epi16(static_cast<int16_t>(j))));
+        for (int r = 0; r < R; ++r) {
+          const int8_t* a = x[r][b].qs + 32 * j;
+          int64_t a8[4];
+          std::memcpy(a8, a, 32);
+          __m256i s16 = _mm256_maddubs_epi16(q[0], _mm256_set1_epi64x(a8[0]));
+          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q[1], _mm256_set1_epi64x(a8[1])));
+          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q[2], _mm256_set1_epi64x(a8[2])));
+          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q[3], _mm256_set1_epi64x(a8[3])));
+          sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(s16, scale));
+          asm("" : "+x"(sumi[r]));  // keep each row's sum in its register (see quant_matmul_k.cpp)
+        }
+      }
+      // [d0..d3, dmin0..dmin3]; d per int32 lane pair, dmin in the min lanes' order below.
+      const __m256 dd = _mm256_cvtph_ps(load128(wb.d));
+      const __m256 dw = _mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+      const __m256 dm = _mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(4, 4, 6, 6, 5, 5, 7, 7));
+      const __m256i mins01 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi32(mn_lo, mn_hi));
+      const __m256i mins23 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi32(mn_lo, mn_hi));
+      for (int r = 0; r < R; ++r) {
+        const BlockQ8_K& xb = x[r][b];
+        acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(xb.d), dw), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+        // 32-value sums of the sub-blocks, then Σ mn·sum per row over sub-blocks 0-3 and 4-7:
+        // [r0, r0, r2, r2 | r1, r1, r3, r3]
+        const __m128i bs = _mm_hadd_epi16(load128(xb.bsums), load128(xb.bsums + 8));
+        const __m256i bs2 = _mm256_set_m128i(bs, bs);
+        const __m256i m = _mm256_hadd_epi32(_mm256_madd_epi16(mins01, bs2), _mm256_madd_epi16(mins23, bs2));
+        acc_m[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(-xb.d), dm), _mm256_cvtepi32_ps(m), acc_m[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      float a[8], m[8];
+      _mm256_storeu_ps(a, acc[r]);
+      _mm256_storeu_ps(m, acc_m[r]);
+      out[4 * r + 0] = (a[0] + a[1]) + (m[0] + m[1]);
+      out[4 * r + 1] = (a[2] + a[3]) + (m[4] + m[5]);
+      out[4 * r + 2] = (a[4] + a[5]) + (m[2] + m[3]);
+      out[4 * r + 3] = (a[6] + a[7]) + (m[6] + m[7]);
+    }
+  }
+};
+#endif
+
+// Groups of 4 weight rows [out_begin, out_end) against the activation rows, in chunks that stay in
+// L2 while the weights pass over them, R activation rows per tile.
+template <int R, typename Tile>
+void matmul_x4(const Tile& tile, const void* w, const void* xq, int nb, int32_t n_rows, int32_t n_out,
+               int32_t out_begin, int32_t out_end, float* y) {
+  const auto* wb = static_cast<const BlockQ4_Kx4*>(w);
+  const auto* xb = static_cast<const BlockQ8_K*>(xq);
+  const int32_t chunk = row_chunk(static_cast<int64_t>(nb) * sizeof(BlockQ8_K), R);
+  for (int32_t r0 = 0; r0 < n_rows; r0 += chunk) {
+    const int32_t r1 = n_rows - r0 < chunk ? n_rows : r0 + chunk;
+    for (int32_t o = out_begin; o < out_end; o += 4) {
+      const BlockQ4_Kx4* wg = wb + static_cast<int64_t>(o / 4) * nb;
+      steps<R>(r0, r1, [&]<int RT>(int32_t r) {
+        const BlockQ8_K* xs[RT];
+        for (int i = 0; i < RT; ++i) xs[i] = xb + static_cast<int64_t>(r + i) * nb;
+        float v[RT * 4];
+        tile.template operator()<RT>(wg, xs, nb, v);
+        store_tile<4, RT>(v, o, r, n_out, y);
+      });
+    }
+  }
+}
+
+void matmul_interleaved(bool vector, const void* w, const void* xq, int32_t n_rows, int32_t n_in, int32_t n_out,
+                        int32_t out_begin, int32_t out_end, float* y) {
+  const int nb = n_in / kQKK;
+#if HELIOS_QUANT_AVX2
+  if (vector) {
+    matmul_x4<8>(TileX4Avx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
+    return;
+  }
+#endif
+  (void)vector;
+  matmul_x4<1>(TileX4Scalar{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
+}
+
+}  // namespace
+}  // namespace quant
+
+bool ref_interleavable(uint32_t weight_type, int32_t n_out, int32_t n_in) {
+  return weight_type == kWeightQ4_K && n_out % kInterleavedRows == 0 && n_in % kQKK == 0;
+}
+
+void ref_interleave_weights(uint32_t weight_type, const void* w, int32_t n_out, int32_t n_in, void* out) {
+  (void)weight_type;
+  quant::interleave_q4_k(static_cast<const BlockQ4_K*>(w), n_out, n_in / kQKK,
+                         static_cast<quant::BlockQ4_Kx4*>(out));
+}
+
+void ref_deinterleave_weights(uint32_t weight_type, const void* w, int32_t n_out, int32_t n_in, void* out) {
+  (void)weight_type;
+  quant::deinterleave_q4_k(static_cast<const quant::BlockQ4_Kx4*>(w), n_out, n_in / kQKK,
+                           static_cast<BlockQ4_K*>(out));
+}
+
+void ref_deinterleave_row(uint32_t weight_type, const void* w, int32_t n_in, int32_t row, void* out) {
+  (void)weight_type;
+  quant::deinterleave_row_q4_k(static_cast<const quant::BlockQ4_Kx4*>(w), n_in / kQKK, row, static_cast<BlockQ4_K*>(out));
+}
+
+void ref_matmul_interleaved(uint32_t weight_type, const void* w, const void* xq, int32_t n_rows, int32_t n_in,
+                            int32_t n_out, int32_t out_begin, int32_t out_end, float* y) {
+  (void)weight_type;
+  quant::matmul_interleaved(true, w, xq, n_rows, n_in, n_out, out_begin, out_end, y);
+}
+
+void ref_matmul_interleaved_scalar(uint32_t weight_type, const void* w, const void* xq, int32_t n_rows,
+                                   int32_t n_in, int32_t n_out, int32_t out_begin, int32_t out_end, float* y) {
+  (void)weight_type;
+  quant::matmul_interleaved(false, w, xq, n_rows, n_in, n_out, out_begin, out_end, y);
+}
+
+}  // namespace helios::kernels
