@@ -1,16 +1,17 @@
-// Q4_K weights with 4 rows interleaved, against Q8_K activations. GGUF's layout puts a row's
+// K-quant weights with 4 rows interleaved, against Q8_K activations. GGUF's layout puts a row's
 // super-blocks one after another, so a kernel multiplies one weight row at a time and needs two
 // multiplies (maddubs, then madd with the sub-block's scale) per 32 products. Interleaved, one
-// 8-byte activation broadcast meets 8 bytes of each of 4 rows in one maddubs; a sub-block's four
-// maddubs (32 values × 4 rows) are summed in 16-bit lanes (at most 4·2·15·127 = 15,240) and then
-// meet the 4 rows' scales in one madd: 1.25 multiplies per 32 products. The interleaved block is
-// the 4 rows' GGUF bytes rearranged, so the weights take no more memory.
+// 8-byte activation broadcast meets 8 bytes of each of 4 rows in one maddubs, and the 4 rows'
+// products are summed in 16-bit lanes before they meet the 4 rows' scales in one madd: for Q4_K
+// a 32-value sub-block's four maddubs (at most 4·2·15·127 = 15,240), 1.25 multiplies per 32
+// products; for Q6_K each 16-value group's two (at most 2·2·63·127 = 32,004), 1.5. An
+// interleaved block holds the 4 rows' GGUF bytes rearranged, so the weights take no more memory.
 //
-// The integer sums are exact in any order; the float order differs from llama.cpp's row kernel
-// (quant_matmul_k.cpp): per row, two int32 lanes (each 32-value sub-block's first and second
-// halves of every 8-byte chunk) and two min lanes (sub-blocks 0-3, 4-7) accumulate with one fused
-// multiply-add per super-block, added at the end as (a0 + a1) + (m0 + m1). The scalar twin
-// follows the same order, so the two give the same bits.
+// The integer sums are exact in any order; the float order differs from llama.cpp's row kernels
+// (quant_matmul_k.cpp): per row, two int32 lanes (the first and second halves of every 8-byte
+// chunk; Q4_K also keeps two min lanes, sub-blocks 0-3 and 4-7) accumulate with one fused
+// multiply-add per super-block and are added at the end. The scalar twins follow the same
+// order, so the vector code gives their bits.
 #include <cstring>
 
 #include "kernels/kernels.h"
@@ -33,41 +34,77 @@ struct BlockQ4_Kx4 {
 };
 static_assert(sizeof(BlockQ4_Kx4) == 4 * sizeof(BlockQ4_K), "the same bytes, rearranged");
 
-void interleave_q4_k(const BlockQ4_K* w, int32_t n_out, int nb, BlockQ4_Kx4* out) {
+void pack(const BlockQ4_K* const rows[4], BlockQ4_Kx4& o) {
+  for (int k = 0; k < 4; ++k) {
+    const BlockQ4_K& s = *rows[k];
+    o.d[k] = s.d;
+    o.dmin[k] = s.dmin;
+    for (int i = 0; i < 3; ++i) std::memcpy(&o.scales[i][k], s.scales + 4 * i, 4);
+    for (int p = 0; p < 4; ++p)
+      for (int c = 0; c < 4; ++c) std::memcpy(o.qs[p][c][k], s.qs + 32 * p + 8 * c, 8);
+  }
+}
+
+void unpack(const BlockQ4_Kx4& s, int k, BlockQ4_K& o) {
+  o.d = s.d[k];
+  o.dmin = s.dmin[k];
+  for (int i = 0; i < 3; ++i) std::memcpy(o.scales + 4 * i, &s.scales[i][k], 4);
+  for (int p = 0; p < 4; ++p)
+    for (int c = 0; c < 4; ++c) std::memcpy(o.qs + 32 * p + 8 * c, s.qs[p][c][k], 8);
+}
+
+// 4 rows' Q6_K super-block: group g of 32 values (g = 4h + i, values 32g..32g+31) takes its low
+// 4 bits from ql[64h + 32(i % 2) + l] (low nibbles for i < 2, high for i ≥ 2) and its top 2 from
+// bits 2i of qh[32h + l]; here in 8-byte chunks c of l, row k innermost. The scales stay per row.
+struct BlockQ6_Kx4 {
+  uint8_t ql[2][2][4][4][8];  // [h][i % 2][c][k]
+  uint8_t qh[2][4][4][8];     // [h][c][k]
+  int8_t scales[4][16];       // [k]: row k's 16 scales
+  uint16_t d[4];
+};
+static_assert(sizeof(BlockQ6_Kx4) == 4 * sizeof(BlockQ6_K), "the same bytes, rearranged");
+
+void pack(const BlockQ6_K* const rows[4], BlockQ6_Kx4& o) {
+  for (int k = 0; k < 4; ++k) {
+    const BlockQ6_K& s = *rows[k];
+    for (int h = 0; h < 2; ++h)
+      for (int c = 0; c < 4; ++c) {
+        for (int i2 = 0; i2 < 2; ++i2) std::memcpy(o.ql[h][i2][c][k], s.ql + 64 * h + 32 * i2 + 8 * c, 8);
+        std::memcpy(o.qh[h][c][k], s.qh + 32 * h + 8 * c, 8);
+      }
+    std::memcpy(o.scales[k], s.scales, 16);
+    o.d[k] = s.d;
+  }
+}
+
+void unpack(const BlockQ6_Kx4& s, int k, BlockQ6_K& o) {
+  for (int h = 0; h < 2; ++h)
+    for (int c = 0; c < 4; ++c) {
+      for (int i2 = 0; i2 < 2; ++i2) std::memcpy(o.ql + 64 * h + 32 * i2 + 8 * c, s.ql[h][i2][c][k], 8);
+      std::memcpy(o.qh + 32 * h + 8 * c, s.qh[h][c][k], 8);
+    }
+  std::memcpy(o.scales, s.scales[k], 16);
+  o.d = s.d[k];
+}
+
+// Rows 4g..4g+3 of a [n_out, nb super-blocks] matrix into group g's nb interleaved blocks.
+template <typename Row, typename X4>
+void interleave(const Row* w, int32_t n_out, int nb, X4* out) {
   for (int32_t g = 0; g < n_out / 4; ++g) {
     for (int b = 0; b < nb; ++b) {
-      BlockQ4_Kx4& o = out[static_cast<int64_t>(g) * nb + b];
-      for (int k = 0; k < 4; ++k) {
-        const BlockQ4_K& s = w[static_cast<int64_t>(4 * g + k) * nb + b];
-        o.d[k] = s.d;
-        o.dmin[k] = s.dmin;
-        for (int i = 0; i < 3; ++i) std::memcpy(&o.scales[i][k], s.scales + 4 * i, 4);
-        for (int p = 0; p < 4; ++p)
-          for (int c = 0; c < 4; ++c) std::memcpy(o.qs[p][c][k], s.qs + 32 * p + 8 * c, 8);
-      }
+      const Row* rows[4];
+      for (int k = 0; k < 4; ++k) rows[k] = w + static_cast<int64_t>(4 * g + k) * nb + b;
+      pack(rows, out[static_cast<int64_t>(g) * nb + b]);
     }
   }
 }
 
-// Row `row` of the matrix back in GGUF's blocks.
-void deinterleave_row_q4_k(const BlockQ4_Kx4* w, int nb, int32_t row, BlockQ4_K* out) {
-  const int k = row % 4;
-  for (int b = 0; b < nb; ++b) {
-    const BlockQ4_Kx4& s = w[static_cast<int64_t>(row / 4) * nb + b];
-    BlockQ4_K& o = out[b];
-    o.d = s.d[k];
-    o.dmin = s.dmin[k];
-    for (int i = 0; i < 3; ++i) std::memcpy(o.scales + 4 * i, &s.scales[i][k], 4);
-    for (int p = 0; p < 4; ++p)
-      for (int c = 0; c < 4; ++c) std::memcpy(o.qs + 32 * p + 8 * c, s.qs[p][c][k], 8);
-  }
+template <typename Row, typename X4>
+void deinterleave_row(const X4* w, int nb, int32_t row, Row* out) {
+  for (int b = 0; b < nb; ++b) unpack(w[static_cast<int64_t>(row / 4) * nb + b], row % 4, out[b]);
 }
 
-void deinterleave_q4_k(const BlockQ4_Kx4* w, int32_t n_out, int nb, BlockQ4_K* out) {
-  for (int32_t r = 0; r < n_out; ++r) deinterleave_row_q4_k(w, nb, r, out + static_cast<int64_t>(r) * nb);
-}
-
-// --- Scalar twin: one activation row against the 4 weight rows, out[k] for row k.
+// --- Scalar twins: one activation row against the 4 weight rows, out[k] for row k.
 void dot_q4_k_x4(const BlockQ4_Kx4* w, const BlockQ8_K* x, int nb, float out[4]) {
   float acc[4][2] = {}, acc_m[4][2] = {};
   for (int b = 0; b < nb; ++b) {
@@ -96,10 +133,47 @@ void dot_q4_k_x4(const BlockQ4_Kx4* w, const BlockQ8_K* x, int nb, float out[4])
   for (int k = 0; k < 4; ++k) out[k] = (acc[k][0] + acc[k][1]) + (acc_m[k][0] + acc_m[k][1]);
 }
 
-struct TileX4Scalar {
+struct TileQ4KScalar {
   template <int R>
   void operator()(const BlockQ4_Kx4* w, const BlockQ8_K* const* x, int nb, float* out) const {
     for (int r = 0; r < R; ++r) dot_q4_k_x4(w, x[r], nb, out + 4 * r);
+  }
+};
+
+// Q6_K: lane h of row k takes the products at chunk positions 4h..4h+3, each times its group's
+// scale, less 32·Σ scale·bsum over groups of 16 0-7 (h = 0) or 8-15 (h = 1): the offset −32.
+void dot_q6_k_x4(const BlockQ6_Kx4* w, const BlockQ8_K* x, int nb, float out[4]) {
+  float acc[4][2] = {};
+  for (int b = 0; b < nb; ++b) {
+    const BlockQ6_Kx4& wb = w[b];
+    const BlockQ8_K& xb = x[b];
+    for (int k = 0; k < 4; ++k) {
+      int32_t lanes[2] = {};
+      for (int g = 0; g < 8; ++g) {
+        const int h = g / 4, i = g % 4;
+        for (int c = 0; c < 4; ++c) {
+          const uint8_t* ql = wb.ql[h][i % 2][c][k];
+          const uint8_t* qh = wb.qh[h][c][k];
+          const int8_t* a = xb.qs + 32 * g + 8 * c;
+          const int scale = wb.scales[k][2 * g + c / 2];
+          for (int l = 0; l < 8; ++l) {
+            const int q = ((ql[l] >> (4 * (i / 2))) & 0xF) | (((qh[l] >> (2 * i)) & 3) << 4);
+            lanes[l / 4] += scale * q * a[l];
+          }
+        }
+      }
+      for (int t = 0; t < 16; ++t) lanes[t / 8] -= 32 * wb.scales[k][t] * xb.bsums[t];
+      const float d = xb.d * fp16_to_fp32(wb.d[k]);
+      for (int h = 0; h < 2; ++h) acc[k][h] = std::fma(d, static_cast<float>(lanes[h]), acc[k][h]);
+    }
+  }
+  for (int k = 0; k < 4; ++k) out[k] = acc[k][0] + acc[k][1];
+}
+
+struct TileQ6KScalar {
+  template <int R>
+  void operator()(const BlockQ6_Kx4* w, const BlockQ8_K* const* x, int nb, float* out) const {
+    for (int r = 0; r < R; ++r) dot_q6_k_x4(w, x[r], nb, out + 4 * r);
   }
 };
 
@@ -109,7 +183,7 @@ inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<co
 
 // The 4 weight rows against R activation rows: out[4r + k]. Lanes of a row-major __m256i of
 // int16 or int32 follow the interleaved bytes: rows 0-3 in quarters.
-struct TileX4Avx2 {
+struct TileQ4KAvx2 {
   template <int R>
   void operator()(const BlockQ4_Kx4* w, const BlockQ8_K* const* x, int nb, float* out) const {
     __m256 acc[R], acc_m[R];
@@ -179,20 +253,89 @@ struct TileX4Avx2 {
     }
   }
 };
+
+struct TileQ6KAvx2 {
+  template <int R>
+  void operator()(const BlockQ6_Kx4* w, const BlockQ8_K* const* x, int nb, float* out) const {
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
+    for (int b = 0; b < nb; ++b) {
+      const BlockQ6_Kx4& wb = w[b];
+      // The scales transposed to [group of 16][row]: t[q] holds groups 4q..4q+3, 4 bytes each.
+      const __m128i s0 = load128(wb.scales[0]), s1 = load128(wb.scales[1]), s2 = load128(wb.scales[2]),
+                    s3 = load128(wb.scales[3]);
+      const __m128i lo01 = _mm_unpacklo_epi8(s0, s1), lo23 = _mm_unpacklo_epi8(s2, s3);
+      const __m128i hi01 = _mm_unpackhi_epi8(s0, s1), hi23 = _mm_unpackhi_epi8(s2, s3);
+      const __m128i t[4] = {_mm_unpacklo_epi16(lo01, lo23), _mm_unpackhi_epi16(lo01, lo23),
+                            _mm_unpacklo_epi16(hi01, hi23), _mm_unpackhi_epi16(hi01, hi23)};
+      // Group of 16 number n's scale of row k in int16 lanes 4k..4k+3.
+      auto spread = [&](int n) {
+        const int8_t f = static_cast<int8_t>(4 * (n % 4));
+        const __m128i pick = _mm_setr_epi8(f, f, f, f, f + 1, f + 1, f + 1, f + 1, f + 2, f + 2, f + 2, f + 2,
+                                           f + 3, f + 3, f + 3, f + 3);
+        return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(t[n / 4], pick));
+      };
+      __m256i sumi[R];
+      for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+        const int h = g / 4, i = g % 4;
+        __m256i q[4];
+        for (int c = 0; c < 4; ++c) {
+          const __m256i low = load256(wb.ql[h][i % 2][c]);
+          const __m256i top = _mm256_and_si256(_mm256_srli_epi16(load256(wb.qh[h][c]), 2 * i), m3);
+          q[c] = _mm256_or_si256(_mm256_and_si256(i < 2 ? low : _mm256_srli_epi16(low, 4), m4), _mm256_slli_epi16(top, 4));
+        }
+        const __m256i scale_a = spread(2 * g), scale_b = spread(2 * g + 1);
+        for (int r = 0; r < R; ++r) {
+          int64_t a8[4];
+          std::memcpy(a8, x[r][b].qs + 32 * g, 32);
+          const __m256i sa = _mm256_add_epi16(_mm256_maddubs_epi16(q[0], _mm256_set1_epi64x(a8[0])),
+                                              _mm256_maddubs_epi16(q[1], _mm256_set1_epi64x(a8[1])));
+          const __m256i sb = _mm256_add_epi16(_mm256_maddubs_epi16(q[2], _mm256_set1_epi64x(a8[2])),
+                                              _mm256_maddubs_epi16(q[3], _mm256_set1_epi64x(a8[3])));
+          sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(_mm256_madd_epi16(sa, scale_a), _mm256_madd_epi16(sb, scale_b)));
+          asm("" : "+x"(sumi[r]));
+        }
+      }
+      const __m256i sc[4] = {_mm256_cvtepi8_epi16(s0), _mm256_cvtepi8_epi16(s1), _mm256_cvtepi8_epi16(s2),
+                             _mm256_cvtepi8_epi16(s3)};
+      const __m256 dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64(
+                                                     reinterpret_cast<const __m128i*>(wb.d)))),
+                                                 _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+      for (int r = 0; r < R; ++r) {
+        const BlockQ8_K& xb = x[r][b];
+        // Σ scale·bsum per row over groups 0-7 (low half) and 8-15 (high), to [r0, r0, r1, r1, ...]
+        const __m256i bs = load256(xb.bsums);
+        const __m256i h01 = _mm256_hadd_epi32(_mm256_madd_epi16(sc[0], bs), _mm256_madd_epi16(sc[1], bs));
+        const __m256i h23 = _mm256_hadd_epi32(_mm256_madd_epi16(sc[2], bs), _mm256_madd_epi16(sc[3], bs));
+        const __m256i offset = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(h01, h23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        const __m256i lanes = _mm256_sub_epi32(sumi[r], _mm256_slli_epi32(offset, 5));
+        acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(xb.d), dw), _mm256_cvtepi32_ps(lanes), acc[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      float a[8];
+      _mm256_storeu_ps(a, acc[r]);
+      for (int k = 0; k < 4; ++k) out[4 * r + k] = a[2 * k] + a[2 * k + 1];
+    }
+  }
+};
 #endif
 
 // Groups of 4 weight rows [out_begin, out_end) against the activation rows, in chunks that stay in
 // L2 while the weights pass over them, R activation rows per tile.
-template <int R, typename Tile>
+template <typename X4, int R, typename Tile>
 void matmul_x4(const Tile& tile, const void* w, const void* xq, int nb, int32_t n_rows, int32_t n_out,
                int32_t out_begin, int32_t out_end, float* y) {
-  const auto* wb = static_cast<const BlockQ4_Kx4*>(w);
+  const auto* wb = static_cast<const X4*>(w);
   const auto* xb = static_cast<const BlockQ8_K*>(xq);
   const int32_t chunk = row_chunk(static_cast<int64_t>(nb) * sizeof(BlockQ8_K), R);
   for (int32_t r0 = 0; r0 < n_rows; r0 += chunk) {
     const int32_t r1 = n_rows - r0 < chunk ? n_rows : r0 + chunk;
     for (int32_t o = out_begin; o < out_end; o += 4) {
-      const BlockQ4_Kx4* wg = wb + static_cast<int64_t>(o / 4) * nb;
+      const X4* wg = wb + static_cast<int64_t>(o / 4) * nb;
       steps<R>(r0, r1, [&]<int RT>(int32_t r) {
         const BlockQ8_K* xs[RT];
         for (int i = 0; i < RT; ++i) xs[i] = xb + static_cast<int64_t>(r + i) * nb;
@@ -204,53 +347,60 @@ void matmul_x4(const Tile& tile, const void* w, const void* xq, int nb, int32_t 
   }
 }
 
-void matmul_interleaved(bool vector, const void* w, const void* xq, int32_t n_rows, int32_t n_in, int32_t n_out,
-                        int32_t out_begin, int32_t out_end, float* y) {
+void matmul_interleaved(uint32_t type, bool vector, const void* w, const void* xq, int32_t n_rows, int32_t n_in,
+                        int32_t n_out, int32_t out_begin, int32_t out_end, float* y) {
   const int nb = n_in / kQKK;
+  const bool q6 = type == kWeightQ6_K;
 #if HELIOS_QUANT_AVX2
   if (vector) {
-    matmul_x4<8>(TileX4Avx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
-    return;
+    if (q6) return matmul_x4<BlockQ6_Kx4, 8>(TileQ6KAvx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
+    return matmul_x4<BlockQ4_Kx4, 8>(TileQ4KAvx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
   }
 #endif
   (void)vector;
-  matmul_x4<1>(TileX4Scalar{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
+  if (q6) return matmul_x4<BlockQ6_Kx4, 1>(TileQ6KScalar{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
+  matmul_x4<BlockQ4_Kx4, 1>(TileQ4KScalar{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
 }
 
 }  // namespace
 }  // namespace quant
 
 bool ref_interleavable(uint32_t weight_type, int32_t n_out, int32_t n_in) {
-  return weight_type == kWeightQ4_K && n_out % kInterleavedRows == 0 && n_in % kQKK == 0;
+  return (weight_type == kWeightQ4_K || weight_type == kWeightQ6_K) && n_out % kInterleavedRows == 0 &&
+         n_in % kQKK == 0;
 }
 
 void ref_interleave_weights(uint32_t weight_type, const void* w, int32_t n_out, int32_t n_in, void* out) {
-  (void)weight_type;
-  quant::interleave_q4_k(static_cast<const BlockQ4_K*>(w), n_out, n_in / kQKK,
-                         static_cast<quant::BlockQ4_Kx4*>(out));
-}
-
-void ref_deinterleave_weights(uint32_t weight_type, const void* w, int32_t n_out, int32_t n_in, void* out) {
-  (void)weight_type;
-  quant::deinterleave_q4_k(static_cast<const quant::BlockQ4_Kx4*>(w), n_out, n_in / kQKK,
-                           static_cast<BlockQ4_K*>(out));
+  const int nb = n_in / kQKK;
+  if (weight_type == kWeightQ6_K) {
+    quant::interleave(static_cast<const BlockQ6_K*>(w), n_out, nb, static_cast<quant::BlockQ6_Kx4*>(out));
+  } else {
+    quant::interleave(static_cast<const BlockQ4_K*>(w), n_out, nb, static_cast<quant::BlockQ4_Kx4*>(out));
+  }
 }
 
 void ref_deinterleave_row(uint32_t weight_type, const void* w, int32_t n_in, int32_t row, void* out) {
-  (void)weight_type;
-  quant::deinterleave_row_q4_k(static_cast<const quant::BlockQ4_Kx4*>(w), n_in / kQKK, row, static_cast<BlockQ4_K*>(out));
+  const int nb = n_in / kQKK;
+  if (weight_type == kWeightQ6_K) {
+    quant::deinterleave_row(static_cast<const quant::BlockQ6_Kx4*>(w), nb, row, static_cast<BlockQ6_K*>(out));
+  } else {
+    quant::deinterleave_row(static_cast<const quant::BlockQ4_Kx4*>(w), nb, row, static_cast<BlockQ4_K*>(out));
+  }
+}
+
+void ref_deinterleave_weights(uint32_t weight_type, const void* w, int32_t n_out, int32_t n_in, void* out) {
+  const int64_t row_bytes = n_in / kQKK * static_cast<int64_t>(weight_type == kWeightQ6_K ? sizeof(BlockQ6_K) : sizeof(BlockQ4_K));
+  for (int32_t r = 0; r < n_out; ++r) ref_deinterleave_row(weight_type, w, n_in, r, static_cast<uint8_t*>(out) + r * row_bytes);
 }
 
 void ref_matmul_interleaved(uint32_t weight_type, const void* w, const void* xq, int32_t n_rows, int32_t n_in,
                             int32_t n_out, int32_t out_begin, int32_t out_end, float* y) {
-  (void)weight_type;
-  quant::matmul_interleaved(true, w, xq, n_rows, n_in, n_out, out_begin, out_end, y);
+  quant::matmul_interleaved(weight_type, true, w, xq, n_rows, n_in, n_out, out_begin, out_end, y);
 }
 
 void ref_matmul_interleaved_scalar(uint32_t weight_type, const void* w, const void* xq, int32_t n_rows,
                                    int32_t n_in, int32_t n_out, int32_t out_begin, int32_t out_end, float* y) {
-  (void)weight_type;
-  quant::matmul_interleaved(false, w, xq, n_rows, n_in, n_out, out_begin, out_end, y);
+  quant::matmul_interleaved(weight_type, false, w, xq, n_rows, n_in, n_out, out_begin, out_end, y);
 }
 
 }  // namespace helios::kernels

@@ -334,7 +334,7 @@ TEST(Forward, QuantizedWeightsGiveBitIdenticalLogitsWhateverTheBatchShape) {
 }
 
 // A quantized embedding table stays in the file's type, shared with a tied LM head (one copy, in
-// the head's layout: Q4_K interleaved on the CPU): the lookup dequantizes each token's row, to
+// the head's layout: Q4_K and Q6_K interleaved on the CPU): the lookup dequantizes each token's row, to
 // exactly the floats dequantize_row gives.
 TEST(ModelLoad, QuantizedEmbeddingTableIsKeptOnceAndGatheredRowByRow) {
   for (TensorType type : {TensorType::kQ8_0, TensorType::kQ5_1, TensorType::kQ4_K, TensorType::kQ6_K}) {
@@ -347,7 +347,8 @@ TEST(ModelLoad, QuantizedEmbeddingTableIsKeptOnceAndGatheredRowByRow) {
     EXPECT_EQ(w.output.view.data, w.tok_embd.view.data);
     EXPECT_EQ(w.output.view.type, type);
     EXPECT_TRUE(w.output.storage.empty());
-    EXPECT_EQ(w.tok_embd.view.layout, type == TensorType::kQ4_K ? WeightLayout::kInterleaved : WeightLayout::kRows);
+    const bool interleaved = type == TensorType::kQ4_K || type == TensorType::kQ6_K;
+    EXPECT_EQ(w.tok_embd.view.layout, interleaved ? WeightLayout::kInterleaved : WeightLayout::kRows);
     auto file = GgufFile::open(path);
     const GgufTensorInfo* t = (*file)->find_tensor("token_embd.weight");
     const int64_t row_bytes = tensor_row_bytes(type, 256);
