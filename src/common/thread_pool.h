@@ -23,12 +23,14 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
-  // Runs fn(begin, end) over [0, n) split into contiguous chunks, one per thread; returns when all
-  // chunks are done. Not reentrant: one caller at a time.
+  // Runs fn(begin, end) over [0, n) split into contiguous chunks, a few per thread, each thread
+  // taking the next chunk as it finishes one; returns when all chunks are done. Not reentrant:
+  // one caller at a time.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
   void worker(int index);
+  void run_chunks();  // chunks of the current loop until none is left
 
   int n_threads_;
   std::vector<std::thread> workers_;
@@ -37,6 +39,8 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0;
+  int64_t job_chunk_ = 1;
+  std::atomic<int64_t> next_chunk_{0};   // the next chunk of the current loop to take
   std::mutex mu_;                        // only for sleeping workers
   std::condition_variable wake_cv_;
   std::atomic<int> n_sleeping_{0};

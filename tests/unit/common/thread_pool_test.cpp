@@ -42,5 +42,19 @@ TEST(ThreadPool, WorkersWakeAfterSleeping) {
   EXPECT_EQ(calls.load(), 6);
 }
 
+// A slow chunk does not hold back the rest of the loop: the other thread takes the chunks left.
+TEST(ThreadPool, AThreadSlowedOnOneChunkLeavesTheRestToTheOthers) {
+  ThreadPool pool(2);
+  const int64_t n = 64;
+  std::vector<std::thread::id> ran_on(n);
+  pool.parallel_for(n, [&](int64_t begin, int64_t end) {
+    if (begin == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (int64_t i = begin; i < end; ++i) ran_on[i] = std::this_thread::get_id();
+  });
+  int64_t with_first = 0;
+  for (int64_t i = 0; i < n; ++i) with_first += ran_on[i] == ran_on[0];
+  EXPECT_LE(with_first, n / 4) << "the thread slowed on chunk 0 ran " << with_first << " of " << n << " items";
+}
+
 }  // namespace
 }  // namespace helios

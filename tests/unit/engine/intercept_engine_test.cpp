@@ -247,7 +247,10 @@ TEST(InterceptEngine, ResumeAndEndCheckTheRequestIsPaused) {
   EXPECT_EQ(s.engine->resume("a", {s.model->config().n_vocab}, 4).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.engine->resume("a", {1}, 0).code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(s.engine->end_paused("a").ok());
-  EXPECT_EQ(s.engine->end_paused("a").code(), StatusCode::kFailedPrecondition);
+  // No longer paused: its end is queued (FAILED_PRECONDITION), or the loop has already finished
+  // it and forgotten the id (NOT_FOUND), whichever the loop thread got to first.
+  const StatusCode again = s.engine->end_paused("a").code();
+  EXPECT_TRUE(again == StatusCode::kFailedPrecondition || again == StatusCode::kNotFound) << static_cast<int>(again);
   drain_segment(**stream, one);
   EXPECT_EQ(one.finish, FinishReason::kStop);
 }
