@@ -115,6 +115,18 @@ using quant::sum_lanes_avx2;
 
 inline __m256i load32(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
+// Unsigned bytes a times signed bytes b, summed 4 by 4 into 8 int32 lanes (lane i: bytes
+// 4i..4i+3): one VNNI instruction where the CPU has it, else maddubs then madd. The same integers
+// either way: no 16-bit pair sum saturates here (weights at most 128 in size, activations at most
+// 127), so llama.cpp's bits stay.
+inline __m256i dot4_u8s8(__m256i a, __m256i b) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
+#endif
+}
+
 // 0x10 in byte j where bit j of a Q5 block's qh is set.
 inline __m256i high_bits_avx2(const uint8_t* qh) {
   const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(q5_high_bits(qh))),
@@ -224,9 +236,8 @@ struct BlockRows {
 };
 
 // K weight rows against R activation rows, block by block. The integer lanes are the scalar
-// reference's: an offset comes off as offset·x per pair of products (exact, and cheaper than
-// moving signs; no 16-bit pair sum can saturate: weights at most 128 in size, activations at
-// most 127). Every result
+// reference's: an offset comes off as offset·Σx per lane of 4 products (exact, and cheaper than
+// moving signs). Every result
 // takes its float sums in the reference's order: per block one fused multiply-add per lane with
 // the scale wd·xd, the minimum's sum apart, the lanes added last. The scales are read as
 // broadcasts from memory: the accumulators want the registers.
@@ -242,7 +253,6 @@ void tile32(const WRows w, const Unpacked x, int nb, float* out) {
       sum_min[r][k] = _mm_setzero_ps();
     }
   }
-  const __m256i ones = _mm256_set1_epi16(1);
   for (int b0 = 0; b0 < nb; b0 += G) {
     alignas(32) float scale[R][K][G];
     for (int k = 0; k < K; ++k)
@@ -252,19 +262,19 @@ void tile32(const WRows w, const Unpacked x, int nb, float* out) {
       const int b = b0 + i;
       for (int r = 0; r < R; ++r) {
         const __m256i qx = x.q(r, b);
-        // offset·(x_2j + x_2j+1) in 16-bit lane j
-        const __m256i off = T::kOffset ? _mm256_maddubs_epi16(_mm256_set1_epi8(T::kOffset), qx) : _mm256_setzero_si256();
+        // offset·(x_4i + ... + x_4i+3) in int32 lane i
+        const __m256i off = T::kOffset ? dot4_u8s8(_mm256_set1_epi8(T::kOffset), qx) : _mm256_setzero_si256();
         for (int k = 0; k < K; ++k) {
           const __m256i qw = w.q(k, b);
-          __m256i pairs;
+          __m256i sums;
           if constexpr (T::kSigned) {
-            pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw));
+            sums = dot4_u8s8(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw));
           } else {
-            pairs = _mm256_maddubs_epi16(qw, qx);
-            if constexpr (T::kOffset != 0) pairs = _mm256_sub_epi16(pairs, off);
+            sums = dot4_u8s8(qw, qx);
+            if constexpr (T::kOffset != 0) sums = _mm256_sub_epi32(sums, off);
           }
           if constexpr (kMin) sum_min[r][k] = _mm_fmadd_ss(_mm_set_ss(w.m(k, b)), _mm_set_ss(x.m(r, b)), sum_min[r][k]);
-          const __m256 lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+          const __m256 lanes = _mm256_cvtepi32_ps(sums);
           acc[r][k] = _mm256_fmadd_ps(_mm256_broadcast_ss(&scale[r][k][i]), lanes, acc[r][k]);
         }
       }
@@ -303,7 +313,6 @@ void tile_unpacked(const Unpacked w, const Unpacked x, int nb, float* out) {
   __m256 acc[R][K];
   for (int r = 0; r < R; ++r)
     for (int k = 0; k < K; ++k) acc[r][k] = _mm256_setzero_ps();
-  const __m256i ones = _mm256_set1_epi16(1);
   // One block's products into the accumulators, with its scales wd·xd in scale(r, k).
   const auto block = [&](int b, auto scale) __attribute__((always_inline)) {
     if constexpr (kMin) {
@@ -313,19 +322,19 @@ void tile_unpacked(const Unpacked w, const Unpacked x, int nb, float* out) {
     __m256i qx[R], off[R];
     for (int r = 0; r < R; ++r) {
       qx[r] = _mm256_load_si256(xq[r] + b);
-      off[r] = T::kOffset ? _mm256_maddubs_epi16(_mm256_set1_epi8(T::kOffset), qx[r]) : _mm256_setzero_si256();
+      off[r] = T::kOffset ? dot4_u8s8(_mm256_set1_epi8(T::kOffset), qx[r]) : _mm256_setzero_si256();
     }
     for (int k = 0; k < K; ++k) {
       const __m256i qw = _mm256_load_si256(wq[k] + b);
       for (int r = 0; r < R; ++r) {
-        __m256i pairs;
+        __m256i sums;
         if constexpr (T::kSigned) {
-          pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx[r], qw));
+          sums = dot4_u8s8(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx[r], qw));
         } else {
-          pairs = _mm256_maddubs_epi16(qw, qx[r]);
-          if constexpr (T::kOffset != 0) pairs = _mm256_sub_epi16(pairs, off[r]);
+          sums = dot4_u8s8(qw, qx[r]);
+          if constexpr (T::kOffset != 0) sums = _mm256_sub_epi32(sums, off[r]);
         }
-        const __m256 lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+        const __m256 lanes = _mm256_cvtepi32_ps(sums);
         acc[r][k] = _mm256_fmadd_ps(_mm256_set1_ps(scale(r, k)), lanes, acc[r][k]);
       }
     }
