@@ -123,13 +123,13 @@ void ref_matmul_quantized_scalar(uint32_t weight_type, const void* w, const void
                                  int32_t n_in, int32_t n_out, int32_t out_begin, int32_t out_end, float* y);
 bool ref_matmul_quantized_is_vector();
 
-// --- Interleaved weights: the CPU backend's layout for Q4_K matrices, repacked once at load.
+// --- Interleaved weights: the CPU backend's layout for Q4_K and Q6_K matrices, repacked once at load.
 // Each group of 4 rows stores its super-blocks together (the same bytes as the 4 GGUF rows,
 // rearranged: kernels/ref/quant_matmul_x4.cpp), so that one activation broadcast feeds products
 // with 4 rows. Its float sums run in another order than ref_matmul_quantized's (llama.cpp's row
 // kernel): results agree to rounding, not bit for bit; the vector and scalar code agree exactly.
 constexpr int32_t kInterleavedRows = 4;
-// Whether a [n_out, n_in] matrix of weight_type can be interleaved: Q4_K, n_out a multiple of 4.
+// Whether a [n_out, n_in] matrix of weight_type can be interleaved: Q4_K or Q6_K, n_out a multiple of 4.
 bool ref_interleavable(uint32_t weight_type, int32_t n_out, int32_t n_in);
 // out = w interleaved, and back: both [n_out, n_in] of weight_type's bytes.
 void ref_interleave_weights(uint32_t weight_type, const void* w, int32_t n_out, int32_t n_in, void* out);

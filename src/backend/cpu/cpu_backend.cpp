@@ -48,8 +48,8 @@ class CpuBackend final : public Backend {
     return type == TensorType::kF32 || kernels::ref_quantized_weight_type(static_cast<uint32_t>(type));
   }
   bool supports_kv_type(kernels::KvType) const override { return true; }  // f32 and f16
-  // Q4_K interleaved 4 rows at a time: its kernel needs 1.25 multiplies per 32 products, the
-  // row kernel 2 (kernels/ref/quant_matmul_x4.cpp).
+  // Q4_K and Q6_K interleaved 4 rows at a time: their kernels need 1.25 and 1.5 multiplies per 32
+  // products, the row kernels 2 (kernels/ref/quant_matmul_x4.cpp).
   WeightLayout matmul_layout(TensorType type, int32_t n_out, int32_t n_in) const override {
     return kernels::ref_interleavable(static_cast<uint32_t>(type), n_out, n_in) ? WeightLayout::kInterleaved
                                                                               : WeightLayout::kRows;
