@@ -131,9 +131,8 @@ bool ref_matmul_quantized_is_vector();
 constexpr int32_t kInterleavedRows = 4;
 // Whether a [n_out, n_in] matrix of weight_type can be interleaved: Q4_K or Q6_K, n_out a multiple of 4.
 bool ref_interleavable(uint32_t weight_type, int32_t n_out, int32_t n_in);
-// out = w interleaved, and back: both [n_out, n_in] of weight_type's bytes.
+// out = w interleaved: both [n_out, n_in] of weight_type's bytes.
 void ref_interleave_weights(uint32_t weight_type, const void* w, int32_t n_out, int32_t n_in, void* out);
-void ref_deinterleave_weights(uint32_t weight_type, const void* w, int32_t n_out, int32_t n_in, void* out);
 // One row of an interleaved matrix back in GGUF's bytes (a tied embedding table's lookup).
 void ref_deinterleave_row(uint32_t weight_type, const void* w, int32_t n_in, int32_t row, void* out);
 // ref_matmul_quantized over interleaved weights; out_begin and out_end are multiples of 4.

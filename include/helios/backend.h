@@ -102,6 +102,9 @@ class Backend {
 
 // `n_threads` ≤ 0 means one per core.
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+// Row `row` of a quantized matrix in host memory (the CPU backend's) as n_in floats, in either
+// layout: an interleaved row is taken back out of its group first.
+Status dequantize_weight_row(const WeightMatrix& w, int32_t row, float* out);
 // "cpu", and in CUDA builds "cuda" (device 0) or "cuda:N"; INVALID_ARGUMENT listing what this
 // build supports (and how to build the CUDA backend when it is missing).
 StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& name, int n_threads);

@@ -388,11 +388,6 @@ void ref_deinterleave_row(uint32_t weight_type, const void* w, int32_t n_in, int
   }
 }
 
-void ref_deinterleave_weights(uint32_t weight_type, const void* w, int32_t n_out, int32_t n_in, void* out) {
-  const int64_t row_bytes = n_in / kQKK * static_cast<int64_t>(weight_type == kWeightQ6_K ? sizeof(BlockQ6_K) : sizeof(BlockQ4_K));
-  for (int32_t r = 0; r < n_out; ++r) ref_deinterleave_row(weight_type, w, n_in, r, static_cast<uint8_t*>(out) + r * row_bytes);
-}
-
 void ref_matmul_interleaved(uint32_t weight_type, const void* w, const void* xq, int32_t n_rows, int32_t n_in,
                             int32_t n_out, int32_t out_begin, int32_t out_end, float* y) {
   quant::matmul_interleaved(weight_type, true, w, xq, n_rows, n_in, n_out, out_begin, out_end, y);

@@ -28,6 +28,18 @@ void Backend::exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, i
                           host_entropy);
 }
 
+Status dequantize_weight_row(const WeightMatrix& w, int32_t row, float* out) {
+  const int64_t row_bytes = tensor_row_bytes(w.type, w.n_in);
+  const uint8_t* src = static_cast<const uint8_t*>(w.data) + row * row_bytes;
+  thread_local std::vector<uint8_t> gguf_row;
+  if (w.layout == WeightLayout::kInterleaved) {
+    gguf_row.resize(static_cast<size_t>(row_bytes));
+    kernels::ref_deinterleave_row(static_cast<uint32_t>(w.type), w.data, w.n_in, row, gguf_row.data());
+    src = gguf_row.data();
+  }
+  return dequantize_row(w.type, src, out, w.n_in);
+}
+
 StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& name, int n_threads) {
   if (name == "cpu") return make_cpu_backend(n_threads);
   const bool is_cuda = name == "cuda" || name.rfind("cuda:", 0) == 0;

@@ -31,7 +31,7 @@ int64_t chunk_size(int64_t n, int n_threads) {
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
-  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -77,7 +77,7 @@ void ThreadPool::run_chunks() {
   }
 }
 
-void ThreadPool::worker(int) {
+void ThreadPool::worker() {
   uint64_t seen = 0;
   for (;;) {
     // Spin for new work, then sleep.

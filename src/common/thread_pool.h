@@ -29,7 +29,7 @@ class ThreadPool {
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
-  void worker(int index);
+  void worker();
   void run_chunks();  // chunks of the current loop until none is left
 
   int n_threads_;

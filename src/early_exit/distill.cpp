@@ -117,17 +117,8 @@ StatusOr<HostHead> host_head(const Model& model) {
   h.norm.resize(c.n_embd);
   model.backend().download(h.norm.data(), model.weights().output_norm.data(), c.n_embd);
   h.lm_head.resize(static_cast<size_t>(c.n_vocab) * c.n_embd);
-  const int64_t row_bytes = tensor_row_bytes(out.type, c.n_embd);
-  const auto* rows = static_cast<const uint8_t*>(out.data);
-  std::vector<uint8_t> gguf_rows;  // an interleaved head back in GGUF's row order
-  if (out.layout == WeightLayout::kInterleaved) {
-    gguf_rows.resize(static_cast<size_t>(row_bytes) * c.n_vocab);
-    kernels::ref_deinterleave_weights(static_cast<uint32_t>(out.type), out.data, c.n_vocab, c.n_embd, gguf_rows.data());
-    rows = gguf_rows.data();
-  }
   for (int32_t r = 0; r < c.n_vocab; ++r) {
-    HELIOS_RETURN_IF_ERROR(dequantize_row(out.type, rows + r * row_bytes, h.lm_head.data() + static_cast<size_t>(r) * c.n_embd,
-                                          c.n_embd));
+    HELIOS_RETURN_IF_ERROR(dequantize_weight_row(out, r, h.lm_head.data() + static_cast<size_t>(r) * c.n_embd));
   }
   return h;
 }

@@ -61,17 +61,9 @@ class CpuBackend final : public Backend {
       kernels::ref_embedding(tokens, n_tokens, static_cast<const float*>(table.data), table.n_in, out);
       return;
     }
-    const int64_t row_bytes = tensor_row_bytes(table.type, table.n_in);
-    const auto* rows = static_cast<const uint8_t*>(table.data);
-    std::vector<uint8_t> row(table.layout == WeightLayout::kInterleaved ? row_bytes : 0);
     for (int32_t t = 0; t < n_tokens; ++t) {
-      const uint8_t* src = rows + tokens[t] * row_bytes;
-      if (table.layout == WeightLayout::kInterleaved) {  // a table shared with a tied LM head
-        kernels::ref_deinterleave_row(static_cast<uint32_t>(table.type), table.data, table.n_in, tokens[t], row.data());
-        src = row.data();
-      }
       // The table's type and row length were checked when it was loaded.
-      (void)dequantize_row(table.type, src, out + static_cast<int64_t>(t) * table.n_in, table.n_in);
+      (void)dequantize_weight_row(table, tokens[t], out + static_cast<int64_t>(t) * table.n_in);
     }
   }
   void matmul(const float* x, const WeightMatrix& w, int32_t n_rows, float* y) override {
