@@ -151,15 +151,16 @@ class BenchE2ETest(unittest.TestCase):
         server = ManagedServer(config=str(WORK / "stories.yaml"), heliosd=str(HELIOSD), label="own").start()
         try:
             out = WORK / "results2"
-            # 40 requests × 400 tokens, 4 at a time: several seconds of work, cut at 1.5 s.
+            # 2000 requests × 400 tokens, 4 at a time: far more work than the 1.5 s before the cut
+            # (stories260K decodes thousands of tokens a second, so a small plan could finish in time).
             bench("--address", server.address, "--dataset", "synthetic", "--input-len", "16", "--output-len", "400",
-                  "--num-prompts", "40", "--request-rate", "inf", "--max-concurrency", "4", "--max-seconds", "1.5",
+                  "--num-prompts", "2000", "--request-rate", "inf", "--max-concurrency", "4", "--max-seconds", "1.5",
                   "--no-plots", "--result-dir", str(out), "--result-name", "cut")
             rep = json.loads((out / "cut.json").read_text())
             self.check_common(rep, ["inf"])
             s = rep["runs"][0]["summary"]
             self.assertTrue(rep["runs"][0]["cut_by_deadline"])
-            self.assertEqual(s["planned"], 40)
+            self.assertEqual(s["planned"], 2000)
             self.assertGreater(s["not_sent"], 0)
             # The streams open at the cut are cancelled: up to the 4 slots (a slot may be between
             # two requests at that instant on a loaded machine).
