@@ -74,6 +74,17 @@ inline __m256i nibbles_avx2(const uint8_t* qs) {
   const __m256i both = _mm256_insertf128_si256(_mm256_castsi128_si256(packed), _mm_srli_epi16(packed, 4), 1);
   return _mm256_and_si256(both, _mm256_set1_epi8(0xF));
 }
+// acc + madd(a, b): pairs of int16 products summed into int32 lanes, then added; one VNNI
+// instruction where the CPU has it. The same integers either way (dpwssd does not saturate).
+inline __m256i madd_add_avx2(__m256i acc, __m256i a, __m256i b) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpwssd_epi32(acc, a, b);
+#elif defined(__AVXVNNI__)
+  return _mm256_dpwssd_avx_epi32(acc, a, b);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+#endif
+}
 #endif
 
 // --- The tile drivers.

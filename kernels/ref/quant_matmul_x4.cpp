@@ -221,7 +221,7 @@ struct TileQ4KAvx2 {
           s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q[1], _mm256_set1_epi64x(a8[1])));
           s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q[2], _mm256_set1_epi64x(a8[2])));
           s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q[3], _mm256_set1_epi64x(a8[3])));
-          sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(s16, scale));
+          sumi[r] = madd_add_avx2(sumi[r], s16, scale);
           asm("" : "+x"(sumi[r]));  // keep each row's sum in its register (see quant_matmul_k.cpp)
         }
       }
@@ -295,7 +295,7 @@ struct TileQ6KAvx2 {
                                               _mm256_maddubs_epi16(q[1], _mm256_set1_epi64x(a8[1])));
           const __m256i sb = _mm256_add_epi16(_mm256_maddubs_epi16(q[2], _mm256_set1_epi64x(a8[2])),
                                               _mm256_maddubs_epi16(q[3], _mm256_set1_epi64x(a8[3])));
-          sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(_mm256_madd_epi16(sa, scale_a), _mm256_madd_epi16(sb, scale_b)));
+          sumi[r] = madd_add_avx2(madd_add_avx2(sumi[r], sa, scale_a), sb, scale_b);
           asm("" : "+x"(sumi[r]));
         }
       }
