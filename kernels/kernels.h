@@ -131,6 +131,10 @@ bool ref_matmul_quantized_is_vector();
 constexpr int32_t kInterleavedRows = 4;
 // Whether a [n_out, n_in] matrix of weight_type can be interleaved: Q4_K or Q6_K, n_out a multiple of 4.
 bool ref_interleavable(uint32_t weight_type, int32_t n_out, int32_t n_in);
+// Whether this build's interleaved kernel for weight_type beats its row kernel: Q4_K always; Q6_K
+// only with AVX-512VL, whose 32 registers let a tile unpack its weights once for 8 activation
+// rows (with AVX2's 16, for 4, and the unpacking costs what the row kernel's multiplies save).
+bool ref_interleaved_pays(uint32_t weight_type);
 // out = w interleaved: both [n_out, n_in] of weight_type's bytes.
 void ref_interleave_weights(uint32_t weight_type, const void* w, int32_t n_out, int32_t n_in, void* out);
 // One row of an interleaved matrix back in GGUF's bytes (a tied embedding table's lookup).

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -85,6 +86,20 @@ inline __m256i madd_add_avx2(__m256i acc, __m256i a, __m256i b) {
   return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
 #endif
 }
+// 8 bytes at p in every 64-bit lane, loaded straight into the register (vpbroadcastq m64).
+inline __m256i broadcast8_avx2(const void* p) {
+  int64_t v;
+  std::memcpy(&v, p, 8);
+  return _mm256_set1_epi64x(v);
+}
+#endif
+// Activation rows per tile in the kernels that keep a 256-bit sum per row: AVX-512VL's 32 vector
+// registers hold 8 rows' sums beside the unpacked weights; AVX2's 16 hold 4 (8 spill to the
+// stack on every sub-block).
+#if defined(__AVX512VL__)
+inline constexpr int kSumRowsPerTile = 8;
+#else
+inline constexpr int kSumRowsPerTile = 4;
 #endif
 
 // --- The tile drivers.

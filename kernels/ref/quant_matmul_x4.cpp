@@ -215,12 +215,10 @@ struct TileQ4KAvx2 {
         const __m256i scale = _mm256_shuffle_epi8(sc, _mm256_add_epi8(pick0, _mm256_set1_epi16(static_cast<int16_t>(j))));
         for (int r = 0; r < R; ++r) {
           const int8_t* a = x[r][b].qs + 32 * j;
-          int64_t a8[4];
-          std::memcpy(a8, a, 32);
-          __m256i s16 = _mm256_maddubs_epi16(q[0], _mm256_set1_epi64x(a8[0]));
-          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q[1], _mm256_set1_epi64x(a8[1])));
-          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q[2], _mm256_set1_epi64x(a8[2])));
-          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q[3], _mm256_set1_epi64x(a8[3])));
+          __m256i s16 = _mm256_maddubs_epi16(q[0], broadcast8_avx2(a));
+          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q[1], broadcast8_avx2(a + 8)));
+          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q[2], broadcast8_avx2(a + 16)));
+          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q[3], broadcast8_avx2(a + 24)));
           sumi[r] = madd_add_avx2(sumi[r], s16, scale);
           asm("" : "+x"(sumi[r]));  // keep each row's sum in its register (see quant_matmul_k.cpp)
         }
@@ -289,12 +287,11 @@ struct TileQ6KAvx2 {
         }
         const __m256i scale_a = spread(2 * g), scale_b = spread(2 * g + 1);
         for (int r = 0; r < R; ++r) {
-          int64_t a8[4];
-          std::memcpy(a8, x[r][b].qs + 32 * g, 32);
-          const __m256i sa = _mm256_add_epi16(_mm256_maddubs_epi16(q[0], _mm256_set1_epi64x(a8[0])),
-                                              _mm256_maddubs_epi16(q[1], _mm256_set1_epi64x(a8[1])));
-          const __m256i sb = _mm256_add_epi16(_mm256_maddubs_epi16(q[2], _mm256_set1_epi64x(a8[2])),
-                                              _mm256_maddubs_epi16(q[3], _mm256_set1_epi64x(a8[3])));
+          const int8_t* a = x[r][b].qs + 32 * g;
+          const __m256i sa = _mm256_add_epi16(_mm256_maddubs_epi16(q[0], broadcast8_avx2(a)),
+                                              _mm256_maddubs_epi16(q[1], broadcast8_avx2(a + 8)));
+          const __m256i sb = _mm256_add_epi16(_mm256_maddubs_epi16(q[2], broadcast8_avx2(a + 16)),
+                                              _mm256_maddubs_epi16(q[3], broadcast8_avx2(a + 24)));
           sumi[r] = madd_add_avx2(madd_add_avx2(sumi[r], sa, scale_a), sb, scale_b);
           asm("" : "+x"(sumi[r]));
         }
@@ -353,8 +350,8 @@ void matmul_interleaved(uint32_t type, bool vector, const void* w, const void* x
   const bool q6 = type == kWeightQ6_K;
 #if HELIOS_QUANT_AVX2
   if (vector) {
-    if (q6) return matmul_x4<BlockQ6_Kx4, 8>(TileQ6KAvx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
-    return matmul_x4<BlockQ4_Kx4, 8>(TileQ4KAvx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
+    if (q6) return matmul_x4<BlockQ6_Kx4, kSumRowsPerTile>(TileQ6KAvx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
+    return matmul_x4<BlockQ4_Kx4, kSumRowsPerTile>(TileQ4KAvx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
   }
 #endif
   (void)vector;
@@ -368,6 +365,11 @@ void matmul_interleaved(uint32_t type, bool vector, const void* w, const void* x
 bool ref_interleavable(uint32_t weight_type, int32_t n_out, int32_t n_in) {
   return (weight_type == kWeightQ4_K || weight_type == kWeightQ6_K) && n_out % kInterleavedRows == 0 &&
          n_in % kQKK == 0;
+}
+
+bool ref_interleaved_pays(uint32_t weight_type) {
+  if (weight_type == kWeightQ4_K) return true;
+  return weight_type == kWeightQ6_K && quant::kSumRowsPerTile >= 8;
 }
 
 void ref_interleave_weights(uint32_t weight_type, const void* w, int32_t n_out, int32_t n_in, void* out) {

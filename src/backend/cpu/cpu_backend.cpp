@@ -48,11 +48,12 @@ class CpuBackend final : public Backend {
     return type == TensorType::kF32 || kernels::ref_quantized_weight_type(static_cast<uint32_t>(type));
   }
   bool supports_kv_type(kernels::KvType) const override { return true; }  // f32 and f16
-  // Q4_K and Q6_K interleaved 4 rows at a time: their kernels need 1.25 and 1.5 multiplies per 32
-  // products, the row kernels 2 (kernels/ref/quant_matmul_x4.cpp).
+  // Q4_K and Q6_K interleaved 4 rows at a time where that kernel is the faster: it needs 1.25 and
+  // 1.5 multiplies per 32 products, the row kernels 2 (kernels/ref/quant_matmul_x4.cpp).
   WeightLayout matmul_layout(TensorType type, int32_t n_out, int32_t n_in) const override {
-    return kernels::ref_interleavable(static_cast<uint32_t>(type), n_out, n_in) ? WeightLayout::kInterleaved
-                                                                              : WeightLayout::kRows;
+    const auto t = static_cast<uint32_t>(type);
+    return kernels::ref_interleavable(t, n_out, n_in) && kernels::ref_interleaved_pays(t) ? WeightLayout::kInterleaved
+                                                                                        : WeightLayout::kRows;
   }
   // Embedding tables stay in the file's type too: a token's row is dequantized when it is looked up.
   bool supports_embedding_type(TensorType type) const override { return supports_weight_type(type); }
