@@ -42,7 +42,13 @@ if [ ! -x "$server_bin" ]; then
   src=$(ls -d "$LLAMA_DIR"/llama_cpp_python-0.3.36/vendor/llama.cpp 2>/dev/null || true)
   if [ -z "$src" ]; then
     step "downloading the llama-cpp-python 0.3.36 sdist"
-    "$PY" -m pip download --no-binary :all: --no-deps -d "$LLAMA_DIR" llama-cpp-python==0.3.36 >&2
+    # From PyPI's simple index, checked against its sha256: `pip download --no-binary :all:` would
+    # first build the sdist's build dependencies from source to read its metadata (many minutes).
+    href=$(curl -sf https://pypi.org/simple/llama-cpp-python/ | grep -o 'href="[^"]*llama_cpp_python-0.3.36.tar.gz[^"]*"' | head -1)
+    href=${href#href=\"}; href=${href%\"}
+    [ -n "$href" ] || { echo "run_vs_llama_server: llama-cpp-python 0.3.36 not found on PyPI's simple index" >&2; exit 1; }
+    curl -sfL -o "$LLAMA_DIR"/llama_cpp_python-0.3.36.tar.gz "${href%%#*}"
+    (cd "$LLAMA_DIR" && echo "${href##*sha256=}  llama_cpp_python-0.3.36.tar.gz" | sha256sum -c --quiet) >&2
     tar -xzf "$LLAMA_DIR"/llama_cpp_python-0.3.36.tar.gz -C "$LLAMA_DIR"
     src="$LLAMA_DIR/llama_cpp_python-0.3.36/vendor/llama.cpp"
   fi

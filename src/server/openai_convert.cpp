@@ -257,12 +257,25 @@ Err read_messages(const Json& body, v1::GenerateRequest* out) {
 
 Err read_tools(const Json& body, Request* r) {
   const Json* tools = field(body, "tools");
-  std::string choice = "auto";
+  std::string choice = "auto", named;
   if (const Json* tc = field(body, "tool_choice")) {
-    if (!tc->is_string() || (tc->get<std::string>() != "auto" && tc->get<std::string>() != "none")) {
-      return invalid_request("tool_choice", "tool_choice: only \"auto\" and \"none\" are supported by this server");
+    const Json* fn = tc->is_object() ? field(*tc, "function") : nullptr;
+    const Json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+    const Json* type = tc->is_object() ? field(*tc, "type") : nullptr;
+    if (tc->is_string() && (*tc == "auto" || *tc == "none" || *tc == "required")) {
+      choice = tc->get<std::string>();
+    } else if (type && *type == "function" && name && name->is_string() && !name->get<std::string>().empty()) {
+      choice = "named";
+      named = name->get<std::string>();
+    } else {
+      return invalid_request("tool_choice", "tool_choice must be \"auto\", \"none\", \"required\" or "
+                                            "{\"type\": \"function\", \"function\": {\"name\": ...}}");
     }
-    choice = tc->get<std::string>();
+  }
+  const bool forced = choice == "required" || choice == "named";
+  if (forced && (!tools || !tools->is_array() || tools->empty())) {
+    return invalid_request("tool_choice", "tool_choice \"" + (named.empty() ? choice : named) +
+                                              "\" needs tools: the request lists none");
   }
   if (!tools) return std::nullopt;
   if (!tools->is_array()) return wrong_type("tools", "a list of tools", *tools);
@@ -283,6 +296,11 @@ Err read_tools(const Json& body, Request* r) {
   r->tools_json = dump(*tools);
   r->parse_tool_calls = true;
   for (const Json& t : *tools) r->tool_names.push_back(t["function"]["name"].get<std::string>());
+  if (!named.empty() && std::find(r->tool_names.begin(), r->tool_names.end(), named) == r->tool_names.end()) {
+    return invalid_request("tool_choice", "tool_choice names \"" + named + "\", which is not one of the request's tools");
+  }
+  r->tool_required = forced;
+  r->forced_tool = named;
   return std::nullopt;
 }
 
@@ -570,6 +588,16 @@ ApiError from_conversion_error(const Status& status, const Request& request) {
 }
 
 // ---------------------------------------------------------------------------------------------
+
+std::string forced_reply_prefix(const Request& request, const std::string& chat_template,
+                                const std::string& tool_call_open) {
+  if (!request.tool_required) return "";
+  const std::string call = request.forced_tool.empty()
+                               ? "{\"name\": \""
+                               : "{\"name\": " + Json(request.forced_tool).dump() + ", \"arguments\": ";
+  if (chat_template.find(tool_call_open) == std::string::npos) return call;
+  return tool_call_open + "\n" + call;
+}
 
 ToolCallParser::ToolCallParser(std::vector<std::string> tool_names, std::string open, std::string close)
     : tool_names_(std::move(tool_names)), open_(std::move(open)), close_(std::move(close)) {}

@@ -58,6 +58,10 @@ struct Request {
   std::string tools_json;                    // chat: the tools, for the chat template; "" = none
   std::vector<std::string> tool_names;       // their function names
   bool parse_tool_calls = false;             // chat with tools: <tool_call> markup → tool_calls
+  // tool_choice "required" or {"type": "function", "function": {"name": ...}}: the reply starts as
+  // a call (of forced_tool when named) — forced_reply_prefix writes that start into the prompt.
+  bool tool_required = false;
+  std::string forced_tool;
   int32_t n = 1;                             // choices per prompt; choice j gets seed + j
   bool stream = false;
   bool include_usage = false;                // stream_options.include_usage
@@ -79,6 +83,16 @@ std::variant<Request, ApiError> parse_request(const Json& body, Endpoint endpoin
 // with the names this API gives them (top_p, messages[0].role, prompt / messages) in message
 // and param.
 ApiError from_conversion_error(const Status& status, const Request& request);
+
+// The start of the reply that makes it a tool call (tool_choice "required" or a named function),
+// written after the chat template's generation prompt: the template's markup and the JSON up to
+// the function's name (required) or up to its arguments (named), as
+// `<tool_call>\n{"name": "get_weather", "arguments": `. A template without the markup (`template`
+// does not mention tool_call_open) gets the bare JSON, which ToolCallParser reads too. "" when
+// the request forces nothing. The model then writes the rest, and ToolCallParser reads the prefix
+// and the generated text as one.
+std::string forced_reply_prefix(const Request& request, const std::string& chat_template,
+                                const std::string& tool_call_open = "<tool_call>");
 
 // ---------------------------------------------------------------------------------------------
 // Tool calls in the output: Qwen2.5 / Hermes markup, <tool_call>{"name": ..., "arguments": ...}</tool_call>.

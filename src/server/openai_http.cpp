@@ -281,7 +281,8 @@ class HttpJob {
     const RequestLimits limits{server_.config.limits, m->context_tokens, m->entry.early_exit};
     v1::GenerateRequest g = request_.prompts[c.prompt_index];
     g.mutable_sampling()->set_seed(g.sampling().seed() + static_cast<uint64_t>(j));
-    auto gen = to_generation_request(g, *m->model, limits, request_.tools_json);
+    const std::string prefix = openai::forced_reply_prefix(request_, m->model->tokenizer().spec().chat_template);
+    auto gen = to_generation_request(g, *m->model, limits, request_.tools_json, prefix);
     if (!gen.ok()) return openai::from_conversion_error(gen.status(), request_);
     if (c.route) {
       gen->exit = c.route->exit;
@@ -296,6 +297,7 @@ class HttpJob {
     auto stream = m->engine->submit(std::move(*gen));
     if (!stream.ok()) return openai::error_from_status(stream.status().code(), stream.status().message());
     c.stream = std::move(*stream);
+    c.tools.feed(prefix);  // the call's opening is the prompt's; the parser reads it with the reply
     std::lock_guard lock(mu_);
     submitted_.emplace_back(m->engine.get(), c.id);
     return std::nullopt;

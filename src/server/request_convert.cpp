@@ -46,10 +46,12 @@ Status convert_sampling(const v1::SamplingParams& p, SamplingParams* out) {
 // The conversation as the model's chat template renders it; only the template's own text may
 // become control tokens. A template that cannot run falls back to the recognised format: said at
 // load when the template does not parse (served_model.cpp), here when it fails on this request.
-StatusOr<std::vector<TokenId>> chat_prompt(const Tokenizer& tok, const ChatRequest& request, const std::string& field) {
+StatusOr<std::vector<TokenId>> chat_prompt(const Tokenizer& tok, const ChatRequest& request, const std::string& field,
+                                           const std::string& reply_prefix = "") {
   const ChatFormatter formatter(tok);
   auto prompt = formatter.format(request);
   if (!prompt.ok()) return Status(prompt.status().code(), field + " " + prompt.status().message());
+  if (!reply_prefix.empty()) prompt->segments.push_back({reply_prefix, /*from_template=*/true});
   if (!prompt->fallback_reason.empty()) {
     if (formatter.template_problem().empty()) spdlog::warn("chat prompt: {}", prompt->fallback_reason);
     else spdlog::debug("chat prompt: {}", prompt->fallback_reason);
@@ -89,9 +91,12 @@ StatusOr<ChatRequest> to_chat_request(const v1::Conversation& conversation, cons
 
 StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& request,
                                                   const Model& model, const RequestLimits& limits,
-                                                  const std::string& tools_json) {
+                                                  const std::string& tools_json, const std::string& reply_prefix) {
   if (!tools_json.empty() && request.input_case() != v1::GenerateRequest::kConversation && !request.chat()) {
     return field_error("tools_json", "needs a conversation (or chat text): tools are for the chat template");
+  }
+  if (!reply_prefix.empty() && request.input_case() != v1::GenerateRequest::kConversation && !request.chat()) {
+    return field_error("reply_prefix", "needs a conversation (or chat text): it continues the assistant's turn");
   }
   GenerationRequest out;
   const Tokenizer& tok = model.tokenizer();
@@ -140,7 +145,7 @@ StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& req
         ChatRequest chat;
         chat.messages.push_back({"user", request.text()});
         chat.tools_json = tools_json;
-        HELIOS_ASSIGN_OR_RETURN(out.prompt, chat_prompt(tok, chat, "text"));
+        HELIOS_ASSIGN_OR_RETURN(out.prompt, chat_prompt(tok, chat, "text", reply_prefix));
       } else {
         out.prompt = tok.encode(request.text(), /*add_special=*/true, /*parse_special=*/false);
       }
@@ -148,7 +153,7 @@ StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& req
     }
     case v1::GenerateRequest::kConversation: {
       HELIOS_ASSIGN_OR_RETURN(ChatRequest chat, to_chat_request(request.conversation(), tools_json));
-      HELIOS_ASSIGN_OR_RETURN(out.prompt, chat_prompt(tok, chat, "conversation.messages"));
+      HELIOS_ASSIGN_OR_RETURN(out.prompt, chat_prompt(tok, chat, "conversation.messages", reply_prefix));
       break;
     }
     case v1::GenerateRequest::kTokenIds: {

@@ -18,10 +18,13 @@ struct RequestLimits {
 // INVALID_ARGUMENT naming the field (e.g. "sampling.top_p must be in (0, 1], got 1.5",
 // "exit.policy: 'batch-sync' is not allowed on this server; allowed: full, per-token").
 // `tools_json`: tool definitions (a JSON list) for the chat template of a conversation or chat
-// text (SessionOpen.tools_json); "" = none.
+// text (SessionOpen.tools_json); "" = none. `reply_prefix`: the start of the assistant's reply,
+// written after the template's generation prompt as template text (the OpenAI API's tool_choice
+// "required": the opening of a call); "" = none.
 StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& request,
                                                   const Model& model, const RequestLimits& limits,
-                                                  const std::string& tools_json = "");
+                                                  const std::string& tools_json = "",
+                                                  const std::string& reply_prefix = "");
 
 // A conversation's messages (roles system, user, assistant, tool, with their tool fields) and
 // tools, checked (INVALID_ARGUMENT naming conversation.messages[i].FIELD), for the chat template.

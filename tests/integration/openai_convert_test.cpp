@@ -206,7 +206,13 @@ TEST(OpenAiConvert, ChatMessagesToolsAndLogprobs) {
       {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs"},
       {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 30})", "top_logprobs"},
       {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 2})", "logprobs"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})", "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})", "tool_choice"},  // no tools
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "any",
+           "tools": [{"type": "function", "function": {"name": "f"}}]})", "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function", "function": {"name": "g"}},
+           "tools": [{"type": "function", "function": {"name": "f"}}]})", "tool_choice"},  // not a listed tool
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function"},
+           "tools": [{"type": "function", "function": {"name": "f"}}]})", "tool_choice"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "tools[0]"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", "tools"},
       {R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -1})", "max_completion_tokens"},
@@ -511,6 +517,36 @@ TEST(OpenAiConvert, BareToolCallsOfSmallModels) {
   }
   // Any name goes when the request's tools are not known.
   EXPECT_EQ(run("{\"name\": \"x\", \"arguments\": {}}", 3, {}).second.size(), 1u);
+}
+
+TEST(OpenAiConvert, ForcedToolChoiceStartsTheReplyAsACall) {
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "get_weather"}},
+                                         {"type": "function", "function": {"name": "time"}}])";
+  const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
+  const std::string qwen_template = "... <tool_call>\n{\"name\": <function-name>, ...} </tool_call> ...";
+  const Request required = parse_ok("{" + msgs + ", " + tools + R"(, "tool_choice": "required"})", Endpoint::kChat);
+  EXPECT_TRUE(required.tool_required);
+  EXPECT_EQ(forced_reply_prefix(required, qwen_template), "<tool_call>\n{\"name\": \"");
+  EXPECT_EQ(forced_reply_prefix(required, "{{ messages }}"), "{\"name\": \"");  // no markup: bare JSON
+  const Request named = parse_ok(
+      "{" + msgs + ", " + tools + R"(, "tool_choice": {"type": "function", "function": {"name": "time"}}})", Endpoint::kChat);
+  EXPECT_EQ(named.forced_tool, "time");
+  EXPECT_EQ(forced_reply_prefix(named, qwen_template), "<tool_call>\n{\"name\": \"time\", \"arguments\": ");
+  EXPECT_EQ(forced_reply_prefix(parse_ok("{" + msgs + ", " + tools + "}", Endpoint::kChat), qwen_template), "");
+  // The parser reads the prefix and the model's continuation as one call, in either form.
+  for (const auto& [prefix, reply] : std::vector<std::pair<std::string, std::string>>{
+           {forced_reply_prefix(named, qwen_template), "{\"tz\": \"CET\"}}\n</tool_call>"},
+           {forced_reply_prefix(named, ""), "{\"tz\": \"CET\"}}"},
+           {forced_reply_prefix(required, qwen_template), "time\", \"arguments\": {\"tz\": \"CET\"}}\n</tool_call>"}}) {
+    ToolCallParser p(named.tool_names);
+    std::string content = p.feed(prefix);
+    for (char ch : reply) content += p.feed(std::string(1, ch));
+    content += p.finish();
+    EXPECT_EQ(content, "") << prefix;
+    ASSERT_EQ(p.calls().size(), 1u) << prefix;
+    EXPECT_EQ(p.calls()[0].name, "time");
+    EXPECT_EQ(Json::parse(p.calls()[0].arguments), (Json{{"tz", "CET"}}));
+  }
 }
 
 TEST(OpenAiConvert, RandomIds) {

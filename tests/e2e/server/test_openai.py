@@ -527,6 +527,33 @@ class OpenAiToolsTest(unittest.TestCase):
         self.assertTrue(follow.choices[0].message.content)
         self.assertGreater(follow.usage.prompt_tokens, r.usage.prompt_tokens)
 
+    def test_tool_choice_forces_a_call(self):
+        hello = [{"role": "user", "content": "Say hello to the people of Paris."}]
+        auto = self.client.chat.completions.create(model="qwen", messages=hello, tools=self.TOOLS, max_tokens=32,
+                                                   temperature=0)
+        named = {"type": "function", "function": {"name": "get_weather"}}
+        for choice in ("required", named):
+            r = self.client.chat.completions.create(model="qwen", messages=hello, tools=self.TOOLS,
+                                                    tool_choice=choice, max_tokens=48, temperature=0)
+            c = r.choices[0]
+            self.assertEqual(c.finish_reason, "tool_calls", (choice, c.message))
+            self.assertEqual([t.function.name for t in c.message.tool_calls], ["get_weather"])
+            self.assertIsInstance(json.loads(c.message.tool_calls[0].function.arguments), dict)
+            self.assertNotIn("<tool_call>", c.message.content or "")
+            # The call's opening is part of the prompt: it counts there, not in the reply.
+            self.assertGreater(r.usage.prompt_tokens, auto.usage.prompt_tokens)
+        chunks = list(self.client.chat.completions.create(model="qwen", messages=hello, tools=self.TOOLS,
+                                                          tool_choice=named, max_tokens=48, temperature=0,
+                                                          stream=True))
+        deltas = [tc for ch in chunks if ch.choices for tc in (ch.choices[0].delta.tool_calls or [])]
+        self.assertEqual([d.function.name for d in deltas], ["get_weather"])
+        self.assertEqual(chunks[-1].choices[0].finish_reason, "tool_calls")
+        for bad in ({"type": "function", "function": {"name": "send_email"}}, "any"):
+            with self.assertRaises(openai.BadRequestError) as e:
+                self.client.chat.completions.create(model="qwen", messages=hello, tools=self.TOOLS,
+                                                    tool_choice=bad, max_tokens=8)
+            self.assertEqual(e.exception.param, "tool_choice")
+
 
 if __name__ == "__main__":
     unittest.main()
