@@ -91,8 +91,12 @@ ApiError from_conversion_error(const Status& status, const Request& request);
 // does not mention tool_call_open) gets the bare JSON, which ToolCallParser reads too. "" when
 // the request forces nothing. The model then writes the rest, and ToolCallParser reads the prefix
 // and the generated text as one.
+// Qwen2.5 / Hermes tool-call markup, which ToolCallParser reads and forced_reply_prefix writes.
+inline constexpr char kToolCallOpen[] = "<tool_call>";
+inline constexpr char kToolCallClose[] = "</tool_call>";
+
 std::string forced_reply_prefix(const Request& request, const std::string& chat_template,
-                                const std::string& tool_call_open = "<tool_call>");
+                                const std::string& tool_call_open = kToolCallOpen);
 
 // ---------------------------------------------------------------------------------------------
 // Tool calls in the output: Qwen2.5 / Hermes markup, <tool_call>{"name": ..., "arguments": ...}</tool_call>.
@@ -112,8 +116,8 @@ struct ToolCall {
 // is a call when it is nothing but one, naming one of `tool_names` (any name when empty).
 class ToolCallParser {
  public:
-  explicit ToolCallParser(std::vector<std::string> tool_names = {}, std::string open = "<tool_call>",
-                          std::string close = "</tool_call>");
+  explicit ToolCallParser(std::vector<std::string> tool_names = {}, std::string open = kToolCallOpen,
+                          std::string close = kToolCallClose);
   std::string feed(std::string_view text);  // the content released by this text
   std::string finish();                     // the content still held back; call once, at the end
   const std::vector<ToolCall>& calls() const { return calls_; }

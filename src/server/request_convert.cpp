@@ -92,10 +92,11 @@ StatusOr<ChatRequest> to_chat_request(const v1::Conversation& conversation, cons
 StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& request,
                                                   const Model& model, const RequestLimits& limits,
                                                   const std::string& tools_json, const std::string& reply_prefix) {
-  if (!tools_json.empty() && request.input_case() != v1::GenerateRequest::kConversation && !request.chat()) {
+  const bool chat_input = request.input_case() == v1::GenerateRequest::kConversation || request.chat();
+  if (!tools_json.empty() && !chat_input) {
     return field_error("tools_json", "needs a conversation (or chat text): tools are for the chat template");
   }
-  if (!reply_prefix.empty() && request.input_case() != v1::GenerateRequest::kConversation && !request.chat()) {
+  if (!reply_prefix.empty() && !chat_input) {
     return field_error("reply_prefix", "needs a conversation (or chat text): it continues the assistant's turn");
   }
   GenerationRequest out;

@@ -348,8 +348,7 @@ TEST(ModelLoad, QuantizedEmbeddingTableIsKeptOnceAndGatheredRowByRow) {
     EXPECT_EQ(w.output.view.type, type);
     EXPECT_TRUE(w.output.storage.empty());
     // Q4_K always; Q6_K where this build's interleaved kernel is the faster (AVX-512VL).
-    const bool interleaved = (type == TensorType::kQ4_K || type == TensorType::kQ6_K) &&
-                             kernels::ref_interleaved_pays(static_cast<uint32_t>(type));
+    const bool interleaved = kernels::ref_interleaved_pays(static_cast<uint32_t>(type));
     EXPECT_EQ(w.tok_embd.view.layout, interleaved ? WeightLayout::kInterleaved : WeightLayout::kRows);
     auto file = GgufFile::open(path);
     const GgufTensorInfo* t = (*file)->find_tensor("token_embd.weight");
