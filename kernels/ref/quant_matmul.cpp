@@ -126,6 +126,14 @@ inline __m256i dot4_u8s8(__m256i a, __m256i b) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
 #endif
 }
+// acc + dot4_u8s8(a, b): one instruction with VNNI, which accumulates as it multiplies.
+inline __m256i dot4_u8s8_add(__m256i acc, __m256i a, __m256i b) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(acc, a, b);
+#else
+  return _mm256_add_epi32(acc, dot4_u8s8(a, b));
+#endif
+}
 
 // 0x10 in byte j where bit j of a Q5 block's qh is set.
 inline __m256i high_bits_avx2(const uint8_t* qh) {
@@ -150,6 +158,22 @@ struct Type32 {
     else if constexpr (B == Bits::kFour) return nibbles_avx2(b.qs);
     else return _mm256_or_si256(nibbles_avx2(b.qs), high_bits_avx2(b.qh));
   }
+  // The values as the unpacked tiles keep them. VNNI multiplies unsigned by signed bytes into
+  // int32 without saturating, so Q8_0's signed bytes are stored biased by 128 and the bias comes
+  // off as an offset does: Σ(q+128)·x − 128·Σx = Σq·x, the same integers as the sign moves.
+  // Without VNNI the 16-bit pair sums of 255·127 would saturate, so the signs move.
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  static constexpr bool kUnpackedSigned = false;
+  static constexpr int kUnpackedOffset = B == Bits::kEight ? 128 : Offset;
+  static __m256i unpacked_values(const W& b) {
+    if constexpr (B == Bits::kEight) return _mm256_xor_si256(load32(b.qs), _mm256_set1_epi8(static_cast<char>(0x80)));
+    else return values(b);
+  }
+#else
+  static constexpr bool kUnpackedSigned = kSigned;
+  static constexpr int kUnpackedOffset = Offset;
+  static __m256i unpacked_values(const W& b) { return values(b); }
+#endif
 };
 using Q8_0Avx2 = Type32<BlockQ8_0, BlockQ8_0, Bits::kEight, 0>;
 using Q4_0Avx2 = Type32<BlockQ4_0, BlockQ8_0, Bits::kFour, 8>;
@@ -319,21 +343,20 @@ void tile_unpacked(const Unpacked w, const Unpacked x, int nb, float* out) {
       const __m128 m = _mm_load_ps(w.ms_by_block + 4 * b);
       for (int r = 0; r < R; ++r) mins[r] = _mm_fmadd_ps(m, _mm_set1_ps(xm[r][b]), mins[r]);
     }
-    __m256i qx[R], off[R];
+    // −offset·(x_4i + ... + x_4i+3) in int32 lane i, where the products start
+    __m256i qx[R], minus_off[R];
     for (int r = 0; r < R; ++r) {
       qx[r] = _mm256_load_si256(xq[r] + b);
-      off[r] = T::kOffset ? dot4_u8s8(_mm256_set1_epi8(T::kOffset), qx[r]) : _mm256_setzero_si256();
+      minus_off[r] = T::kUnpackedOffset ? _mm256_sub_epi32(_mm256_setzero_si256(),
+                                                           dot4_u8s8(_mm256_set1_epi8(static_cast<char>(T::kUnpackedOffset)), qx[r]))
+                                        : _mm256_setzero_si256();
     }
     for (int k = 0; k < K; ++k) {
       const __m256i qw = _mm256_load_si256(wq[k] + b);
       for (int r = 0; r < R; ++r) {
         __m256i sums;
-        if constexpr (T::kSigned) {
-          sums = dot4_u8s8(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx[r], qw));
-        } else {
-          sums = dot4_u8s8(qw, qx[r]);
-          if constexpr (T::kOffset != 0) sums = _mm256_sub_epi32(sums, off[r]);
-        }
+        if constexpr (T::kUnpackedSigned) sums = dot4_u8s8(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx[r], qw));
+        else sums = dot4_u8s8_add(minus_off[r], qw, qx[r]);
         const __m256 lanes = _mm256_cvtepi32_ps(sums);
         acc[r][k] = _mm256_fmadd_ps(_mm256_set1_ps(scale(r, k)), lanes, acc[r][k]);
       }
@@ -361,6 +384,205 @@ void tile_unpacked(const Unpacked w, const Unpacked x, int nb, float* out) {
   }
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define HELIOS_QUANT_AVX512 1
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which its own warnings call
+// uninitialized (GCC bug 105593, fixed in 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// --- AVX-512: two weight rows in one 512-bit register, the same arithmetic in the same order.
+// A block's 8 int32 lanes of row k and of row k+1 sit in the even and the odd dwords of one
+// register: the weights interleaved 4 bytes at a time, each 4-byte group of the activations
+// twice. One multiply, one conversion and one fused multiply-add then serve two rows, and a
+// block's two scales are one 64-bit broadcast from memory. Each dword accumulates exactly the
+// chain its ymm lane would, so the results are the ymm tiles' bits (and the scalar reference's).
+struct alignas(64) Bytes64 { int8_t v[64]; };
+
+// Weight rows in pairs: pair p's block b holds rows 2p and 2p+1 interleaved by dwords, its
+// scales side by side; an odd last row is paired with a copy of itself.
+struct PairedRows {
+  int stride = 0;
+  std::vector<Bytes64> qs;         // [p][b]
+  std::vector<float> ds;           // [p][b][2]
+  std::vector<float> ms_by_block;  // the minimums of the (up to 8) rows block by block, [b][8]
+
+  template <typename B, typename Values>
+  void unpack(const B* blocks, int32_t rows, int nb, Values values) {
+    stride = (nb + 7) & ~7;
+    const int32_t pairs = (rows + 1) / 2;
+    const size_t n = static_cast<size_t>(pairs) * stride;
+    if (qs.size() < n) {
+      qs.resize(n);
+      ds.resize(2 * n);
+    }
+    for (int32_t p = 0; p < pairs; ++p) {
+      const B* r0 = blocks + static_cast<int64_t>(2 * p) * nb;
+      const B* r1 = 2 * p + 1 < rows ? r0 + nb : r0;
+      const size_t at = static_cast<size_t>(p) * stride;
+      for (int b = 0; b < nb; ++b) {
+        const __m256i a = values(r0[b]), c = values(r1[b]);
+        // dwords a0 c0 a1 c1 ... a7 c7: unpack works per 128-bit half, so order the halves first
+        const __m512i lo = _mm512_zextsi256_si512(_mm256_unpacklo_epi32(a, c));
+        const __m512i both = _mm512_inserti64x4(lo, _mm256_unpackhi_epi32(a, c), 1);
+        _mm512_store_si512(qs[at + b].v, _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 4, 5, 2, 3, 6, 7), both));
+        ds[2 * (at + b)] = fp16_to_fp32(r0[b].d);
+        ds[2 * (at + b) + 1] = fp16_to_fp32(r1[b].d);
+      }
+      for (int b = nb; b < stride; ++b) ds[2 * (at + b)] = ds[2 * (at + b) + 1] = 0;
+    }
+    if constexpr (requires { blocks[0].m; }) {
+      ms_by_block.assign(static_cast<size_t>(stride) * 8, 0.0f);
+      for (int32_t r = 0; r < rows && r < 8; ++r)
+        for (int b = 0; b < nb; ++b) ms_by_block[8 * b + r] = fp16_to_fp32(blocks[static_cast<int64_t>(r) * nb + b].m);
+    }
+  }
+};
+
+// Activation rows for the paired tiles: each block's 4-byte groups twice, −offset·(their sum)
+// twice likewise (the int32 lanes where the products start), the scale d and the sum s.
+template <typename T>
+struct DoubledRows {
+  int stride = 0;
+  std::vector<Bytes64> qs, minus_off;  // [r][b]
+  std::vector<float> ds, ss;           // [r][b], rows padded to whole groups of 8 blocks
+
+  void unpack(const typename T::A* blocks, int32_t rows, int nb) {
+    stride = (nb + 7) & ~7;
+    const size_t n = static_cast<size_t>(rows) * stride;
+    if (qs.size() < n) {
+      qs.resize(n);
+      minus_off.resize(n);
+      ds.resize(n);
+      ss.resize(n);
+    }
+    const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    for (int32_t r = 0; r < rows; ++r) {
+      const typename T::A* row = blocks + static_cast<int64_t>(r) * nb;
+      const size_t at = static_cast<size_t>(r) * stride;
+      for (int b = 0; b < nb; ++b) {
+        const __m512i q = _mm512_permutexvar_epi32(twice, _mm512_zextsi256_si512(load32(row[b].qs)));
+        _mm512_store_si512(qs[at + b].v, q);
+        const __m512i off = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(static_cast<char>(T::kUnpackedOffset)), q);
+        _mm512_store_si512(minus_off[at + b].v, _mm512_sub_epi32(_mm512_setzero_si512(), off));
+        ds[at + b] = fp16_to_fp32(row[b].d);
+        if constexpr (requires { row[b].s; }) ss[at + b] = fp16_to_fp32(row[b].s);
+      }
+      for (int b = nb; b < stride; ++b) ds[at + b] = ss[at + b] = 0;
+    }
+  }
+};
+
+// 2P weight rows (P pairs, the first KT of them kept) × R activation rows: tile_unpacked's
+// arithmetic and order, two rows to a register.
+template <typename T, int KT, int R>
+void tile_paired(const PairedRows& w, const DoubledRows<T>& x, int32_t xr0, int nb, float* out) {
+  static_assert(!T::kUnpackedSigned, "the paired tiles take unsigned weight bytes");
+  constexpr int P = (KT + 1) / 2;
+  constexpr bool kMin = std::is_same_v<typename T::A, BlockQ8_1>;
+  const Bytes64* wq[P];
+  const float* wd[P];
+  const Bytes64 *xq[R], *xo[R];
+  const float *xd[R], *xs[R];
+  for (int p = 0; p < P; ++p) {
+    wq[p] = w.qs.data() + static_cast<size_t>(p) * w.stride;
+    wd[p] = w.ds.data() + 2 * static_cast<size_t>(p) * w.stride;
+  }
+  for (int r = 0; r < R; ++r) {
+    const size_t at = static_cast<size_t>(xr0 + r) * x.stride;
+    xq[r] = x.qs.data() + at;
+    xo[r] = x.minus_off.data() + at;
+    xd[r] = x.ds.data() + at;
+    xs[r] = x.ss.data() + at;
+  }
+  static_assert(KT <= 8, "the minimums' sums keep 8 weight rows to a vector");
+  __m256 mins[R];  // lane k: Σ_b m_w[k][b]·s_x[r][b], the reference's chain in block order
+  for (int r = 0; r < R; ++r) mins[r] = _mm256_setzero_ps();
+  __m512 acc[R][P];
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
+  const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  // One block's products; scale(r, p) points at the block's two scales wd·xd.
+  const auto block = [&](int b, auto scale) __attribute__((always_inline)) {
+    if constexpr (kMin) {
+      const __m256 m = _mm256_loadu_ps(w.ms_by_block.data() + 8 * b);
+      for (int r = 0; r < R; ++r) mins[r] = _mm256_fmadd_ps(m, _mm256_set1_ps(xs[r][b]), mins[r]);
+    }
+    __m512i qx[R], off[R];
+    for (int r = 0; r < R; ++r) {
+      qx[r] = _mm512_load_si512(xq[r][b].v);
+      off[r] = T::kUnpackedOffset ? _mm512_load_si512(xo[r][b].v) : _mm512_setzero_si512();
+    }
+    for (int p = 0; p < P; ++p) {
+      const __m512i qw = _mm512_load_si512(wq[p][b].v);
+      for (int r = 0; r < R; ++r) {
+        double two;  // the pair's two float scales, broadcast as one 64-bit value
+        std::memcpy(&two, scale(r, p), 8);
+        const __m512 lanes = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(off[r], qw, qx[r]));
+        acc[r][p] = _mm512_fmadd_ps(_mm512_castpd_ps(_mm512_set1_pd(two)), lanes, acc[r][p]);
+      }
+    }
+  };
+  // A group of 8 blocks' scales at a time (the rows are padded to whole groups with zero scales).
+  const int whole = nb & ~7;
+  const auto group = [&](int b0, int n_blocks) __attribute__((always_inline)) {
+    alignas(64) float scale[R][P][16];  // [2i + j]: row 2p + j, block b0 + i
+    for (int r = 0; r < R; ++r) {
+      const __m512 xd2 = _mm512_permutexvar_ps(twice, _mm512_zextps256_ps512(_mm256_loadu_ps(xd[r] + b0)));
+      for (int p = 0; p < P; ++p) _mm512_store_ps(scale[r][p], _mm512_mul_ps(_mm512_loadu_ps(wd[p] + 2 * b0), xd2));
+    }
+    // the scales stay in memory, where each pair of them is one broadcast load, rather than in
+    // registers the compiler would have to shuffle them out of
+    asm volatile("" ::: "memory");
+    if (n_blocks == 8) {
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) block(b0 + i, [&](int r, int p) { return &scale[r][p][2 * i]; });
+    } else {
+      for (int i = 0; i < n_blocks; ++i) block(b0 + i, [&](int r, int p) { return &scale[r][p][2 * i]; });
+    }
+  };
+  for (int b0 = 0; b0 < whole; b0 += 8) group(b0, 8);
+  if (whole < nb) group(whole, nb - whole);
+  alignas(32) float m[R][8];
+  if constexpr (kMin)
+    for (int r = 0; r < R; ++r) _mm256_store_ps(m[r], mins[r]);
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  for (int r = 0; r < R; ++r) {
+    for (int p = 0; p < P; ++p) {
+      const __m512 split = _mm512_permutexvar_ps(even, acc[r][p]);  // row 2p's lanes, then 2p+1's
+      for (int j = 0; j < 2 && 2 * p + j < KT; ++j) {
+        const float dot = quant::sum_lanes_avx2(j == 0 ? _mm512_castps512_ps256(split) : _mm512_extractf32x8_ps(split, 1));
+        out[r * KT + 2 * p + j] = kMin ? dot + m[r][2 * p + j] : dot;
+      }
+    }
+  }
+}
+
+// Tiles of 8 weight rows × 4 activation rows, paired, over chunks of activation rows that stay in
+// L2: the tile's loads (activations, offsets, weights, scales) are what bound it, and 4 pairs × 4
+// rows of accumulators fill most of the 32 registers.
+template <typename T>
+void matmul_paired(const typename T::W* wb, const typename T::A* xb, int nb, int32_t n_rows, int32_t n_out,
+                   int32_t out_begin, int32_t out_end, float* y) {
+  constexpr int K = 8, R = 4;
+  thread_local DoubledRows<T> xs;
+  thread_local PairedRows ws;
+  const int32_t chunk = quant::row_chunk(static_cast<int64_t>(nb) * (2 * sizeof(Bytes64) + 8), R);
+  for (int32_t r0 = 0; r0 < n_rows; r0 += chunk) {
+    const int32_t r1 = n_rows - r0 < chunk ? n_rows : r0 + chunk;
+    xs.unpack(xb + static_cast<int64_t>(r0) * nb, r1 - r0, nb);
+    quant::walk_tiles<K, R>(
+        out_begin, out_end, r0, r1, [&](int32_t o, int k) { ws.unpack(wb + static_cast<int64_t>(o) * nb, k, nb, T::unpacked_values); },
+        [&]<int KT, int RT>(int32_t o, int32_t r) {
+          float v[RT * KT];
+          tile_paired<T, KT, RT>(ws, xs, r - r0, nb, v);
+          quant::store_tile<KT, RT>(v, o, r, n_out, y);
+        });
+  }
+}
+#pragma GCC diagnostic pop
+#endif
+
 // Tiles of 4 weight rows × 2 activation rows over unpacked rows: the activations unpacked once
 // per chunk, each group of weight rows once per chunk. A small batch (decode) takes the weights
 // as they stream in instead, one row at a time (interleaved rows defeat the prefetchers, and
@@ -383,12 +605,18 @@ void matmul_avx2(const void* w, const void* xq, int nb, int32_t n_rows, int32_t 
     });
     return;
   }
+#if HELIOS_QUANT_AVX512
+  if constexpr (!T::kUnpackedSigned) {
+    matmul_paired<T>(wb, xb, nb, n_rows, n_out, out_begin, out_end, y);
+    return;
+  }
+#endif
   const int32_t chunk = quant::row_chunk(static_cast<int64_t>(nb) * (sizeof(Unpacked::Bytes) + 8), R);
   for (int32_t r0 = 0; r0 < n_rows; r0 += chunk) {
     const int32_t r1 = n_rows - r0 < chunk ? n_rows : r0 + chunk;
     xs.unpack(xb + static_cast<int64_t>(r0) * nb, r1 - r0, nb, x_values);
     quant::walk_tiles<K, R>(
-        out_begin, out_end, r0, r1, [&](int32_t o, int k) { ws.unpack(wb + static_cast<int64_t>(o) * nb, k, nb, T::values); },
+        out_begin, out_end, r0, r1, [&](int32_t o, int k) { ws.unpack(wb + static_cast<int64_t>(o) * nb, k, nb, T::unpacked_values); },
         [&]<int KT, int RT>(int32_t o, int32_t r) {
           float v[RT * KT];
           tile_unpacked<T, KT, RT>(ws.from(0), xs.from(r - r0), nb, v);
