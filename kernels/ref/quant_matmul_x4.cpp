@@ -183,6 +183,46 @@ inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<co
 
 // The 4 weight rows against R activation rows: out[4r + k]. Lanes of a row-major __m256i of
 // int16 or int32 follow the interleaved bytes: rows 0-3 in quarters.
+// A Q4_K group's scales and minimums of one super-block: k_quant_scale_min for the 4 rows at
+// once, a row per 32-bit lane; sc's bytes are [row 0's 8 scales, row 1's | row 2's, row 3's].
+struct Q4KScales {
+  __m256i sc;
+  __m128i mn_lo, mn_hi;
+};
+inline Q4KScales q4k_scales(const BlockQ4_Kx4& wb) {
+  const __m128i low6 = _mm_set1_epi8(0x3f), low4 = _mm_set1_epi8(0xF), low2 = _mm_set1_epi8(3);
+  const __m128i u0 = load128(wb.scales[0]), u1 = load128(wb.scales[1]), u2 = load128(wb.scales[2]);
+  const __m128i sc_lo = _mm_and_si128(u0, low6), mn_lo = _mm_and_si128(u1, low6);
+  const __m128i sc_hi = _mm_or_si128(_mm_and_si128(u2, low4), _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(u0, 6), low2), 4));
+  const __m128i mn_hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(u2, 4), low4),
+                                     _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(u1, 6), low2), 4));
+  return {_mm256_set_m128i(_mm_unpackhi_epi32(sc_lo, sc_hi), _mm_unpacklo_epi32(sc_lo, sc_hi)), mn_lo, mn_hi};
+}
+// 32-value sums of the sub-blocks (bs2: an activation block's, in both halves), then Σ mn·sum
+// per row over sub-blocks 0-3 and 4-7: [r0, r0, r2, r2 | r1, r1, r3, r3]
+inline __m256i q4k_min_sums(const Q4KScales& s, __m256i bs2) {
+  const __m256i mins01 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi32(s.mn_lo, s.mn_hi));
+  const __m256i mins23 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi32(s.mn_lo, s.mn_hi));
+  return _mm256_hadd_epi32(_mm256_madd_epi16(mins01, bs2), _mm256_madd_epi16(mins23, bs2));
+}
+inline __m256i q4k_block_sums(const BlockQ8_K& xb) {
+  const __m128i bs = _mm_hadd_epi16(load128(xb.bsums), load128(xb.bsums + 8));
+  return _mm256_set_m128i(bs, bs);
+}
+// A group's d (per int32 lane pair) and dmin (in q4k_min_sums' order).
+inline __m256 q4k_d(const BlockQ4_Kx4& wb, __m256* dmin) {
+  const __m256 dd = _mm256_cvtph_ps(load128(wb.d));  // [d0..d3, dmin0..dmin3]
+  *dmin = _mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(4, 4, 6, 6, 5, 5, 7, 7));
+  return _mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+}
+// A row's 4 results from its lanes a and its min lanes m (8 floats each).
+inline void q4k_results(const float* a, const float* m, float* out) {
+  out[0] = (a[0] + a[1]) + (m[0] + m[1]);
+  out[1] = (a[2] + a[3]) + (m[4] + m[5]);
+  out[2] = (a[4] + a[5]) + (m[2] + m[3]);
+  out[3] = (a[6] + a[7]) + (m[6] + m[7]);
+}
+
 struct TileQ4KAvx2 {
   template <int R>
   void operator()(const BlockQ4_Kx4* w, const BlockQ8_K* const* x, int nb, float* out) const {
@@ -192,17 +232,10 @@ struct TileQ4KAvx2 {
     // pshufb picking scale j of rows (0, 1) in the low half, (2, 3) in the high: int16 lanes 4k..4k+3
     const __m256i pick0 = _mm256_setr_epi8(0, -1, 0, -1, 0, -1, 0, -1, 8, -1, 8, -1, 8, -1, 8, -1,
                                            0, -1, 0, -1, 0, -1, 0, -1, 8, -1, 8, -1, 8, -1, 8, -1);
-    const __m128i low6 = _mm_set1_epi8(0x3f), low4 = _mm_set1_epi8(0xF), low2 = _mm_set1_epi8(3);
     for (int b = 0; b < nb; ++b) {
       const BlockQ4_Kx4& wb = w[b];
-      // k_quant_scale_min for the 4 rows at once, a row per 32-bit lane.
-      const __m128i u0 = load128(wb.scales[0]), u1 = load128(wb.scales[1]), u2 = load128(wb.scales[2]);
-      const __m128i sc_lo = _mm_and_si128(u0, low6), mn_lo = _mm_and_si128(u1, low6);
-      const __m128i sc_hi = _mm_or_si128(_mm_and_si128(u2, low4), _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(u0, 6), low2), 4));
-      const __m128i mn_hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(u2, 4), low4),
-                                         _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(u1, 6), low2), 4));
-      // bytes: [row 0's 8 scales, row 1's | row 2's, row 3's]
-      const __m256i sc = _mm256_set_m128i(_mm_unpackhi_epi32(sc_lo, sc_hi), _mm_unpacklo_epi32(sc_lo, sc_hi));
+      const Q4KScales s = q4k_scales(wb);
+      const __m256i sc = s.sc;
       __m256i sumi[R];
       for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -223,20 +256,12 @@ struct TileQ4KAvx2 {
           asm("" : "+x"(sumi[r]));  // keep each row's sum in its register (see quant_matmul_k.cpp)
         }
       }
-      // [d0..d3, dmin0..dmin3]; d per int32 lane pair, dmin in the min lanes' order below.
-      const __m256 dd = _mm256_cvtph_ps(load128(wb.d));
-      const __m256 dw = _mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
-      const __m256 dm = _mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(4, 4, 6, 6, 5, 5, 7, 7));
-      const __m256i mins01 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi32(mn_lo, mn_hi));
-      const __m256i mins23 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi32(mn_lo, mn_hi));
+      __m256 dm;
+      const __m256 dw = q4k_d(wb, &dm);
       for (int r = 0; r < R; ++r) {
         const BlockQ8_K& xb = x[r][b];
         acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(xb.d), dw), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
-        // 32-value sums of the sub-blocks, then Σ mn·sum per row over sub-blocks 0-3 and 4-7:
-        // [r0, r0, r2, r2 | r1, r1, r3, r3]
-        const __m128i bs = _mm_hadd_epi16(load128(xb.bsums), load128(xb.bsums + 8));
-        const __m256i bs2 = _mm256_set_m128i(bs, bs);
-        const __m256i m = _mm256_hadd_epi32(_mm256_madd_epi16(mins01, bs2), _mm256_madd_epi16(mins23, bs2));
+        const __m256i m = q4k_min_sums(s, q4k_block_sums(xb));
         acc_m[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(-xb.d), dm), _mm256_cvtepi32_ps(m), acc_m[r]);
       }
     }
@@ -244,13 +269,129 @@ struct TileQ4KAvx2 {
       float a[8], m[8];
       _mm256_storeu_ps(a, acc[r]);
       _mm256_storeu_ps(m, acc_m[r]);
-      out[4 * r + 0] = (a[0] + a[1]) + (m[0] + m[1]);
-      out[4 * r + 1] = (a[2] + a[3]) + (m[4] + m[5]);
-      out[4 * r + 2] = (a[4] + a[5]) + (m[2] + m[3]);
-      out[4 * r + 3] = (a[6] + a[7]) + (m[6] + m[7]);
+      q4k_results(a, m, out + 4 * r);
     }
   }
 };
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define HELIOS_QUANT_X4_AVX512 1
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which its own warnings call
+// uninitialized (GCC bug 105593, fixed in 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+inline __m512i pair256(const void* lo, const void* hi) {
+  return _mm512_inserti64x4(_mm512_zextsi256_si512(load256(lo)), load256(hi), 1);
+}
+inline __m512i broadcast8_avx512(const void* p) {
+  int64_t v;
+  std::memcpy(&v, p, 8);
+  return _mm512_set1_epi64(v);
+}
+// Two 256-bit halves as one register.
+inline __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1); }
+inline __m512 join(__m256 lo, __m256 hi) { return _mm512_insertf32x8(_mm512_zextps256_ps512(lo), hi, 1); }
+inline __m512i madd_add_avx512(__m512i acc, __m512i a, __m512i b) {
+#if defined(__AVX512VNNI__)
+  return _mm512_dpwssd_epi32(acc, a, b);
+#else
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+#endif
+}
+
+// Two groups of 4 rows (8 weight rows) in one 512-bit register, group a in the low half and b
+// in the high: each half runs TileQ4KAvx2's integers and float chain for its group, lane for
+// lane, so the results are its bits at half the instructions per product. out[8r + k]: rows 0-3
+// are group a's, 4-7 group b's.
+struct TileQ4KAvx512 {
+  template <int R>
+  void operator()(const BlockQ4_Kx4* wa, const BlockQ4_Kx4* wb, const BlockQ8_K* const* x, int nb, float* out) const {
+    __m512 acc[R], acc_m[R];
+    for (int r = 0; r < R; ++r) acc[r] = acc_m[r] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    const __m512i pick0 = _mm512_broadcast_i32x4(_mm_setr_epi8(0, -1, 0, -1, 0, -1, 0, -1, 8, -1, 8, -1, 8, -1, 8, -1));
+    for (int b = 0; b < nb; ++b) {
+      const BlockQ4_Kx4 &ba = wa[b], &bb = wb[b];
+      const Q4KScales sa = q4k_scales(ba), sb = q4k_scales(bb);
+      const __m512i sc = join(sa.sc, sb.sc);
+      __m512i sumi[R];
+      for (int r = 0; r < R; ++r) sumi[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        __m512i q[4];
+        for (int c = 0; c < 4; ++c) {
+          const __m512i bits = pair256(ba.qs[j / 2][c], bb.qs[j / 2][c]);
+          q[c] = _mm512_and_si512(j % 2 ? _mm512_srli_epi16(bits, 4) : bits, m4);
+        }
+        const __m512i scale = _mm512_shuffle_epi8(sc, _mm512_add_epi8(pick0, _mm512_set1_epi16(static_cast<int16_t>(j))));
+        for (int r = 0; r < R; ++r) {
+          const int8_t* a = x[r][b].qs + 32 * j;
+          __m512i s16 = _mm512_maddubs_epi16(q[0], broadcast8_avx512(a));
+          s16 = _mm512_add_epi16(s16, _mm512_maddubs_epi16(q[1], broadcast8_avx512(a + 8)));
+          s16 = _mm512_add_epi16(s16, _mm512_maddubs_epi16(q[2], broadcast8_avx512(a + 16)));
+          s16 = _mm512_add_epi16(s16, _mm512_maddubs_epi16(q[3], broadcast8_avx512(a + 24)));
+          sumi[r] = madd_add_avx512(sumi[r], s16, scale);
+          asm("" : "+v"(sumi[r]));  // keep each row's sum in its register
+        }
+      }
+      __m256 dma, dmb;
+      const __m256 dwa = q4k_d(ba, &dma), dwb = q4k_d(bb, &dmb);
+      const __m512 dw = join(dwa, dwb), dm = join(dma, dmb);
+      for (int r = 0; r < R; ++r) {
+        const BlockQ8_K& xb = x[r][b];
+        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(xb.d), dw), _mm512_cvtepi32_ps(sumi[r]), acc[r]);
+        const __m256i bs2 = q4k_block_sums(xb);
+        const __m512i m = join(q4k_min_sums(sa, bs2), q4k_min_sums(sb, bs2));
+        acc_m[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(-xb.d), dm), _mm512_cvtepi32_ps(m), acc_m[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      alignas(64) float a[16], m[16];
+      _mm512_store_ps(a, acc[r]);
+      _mm512_store_ps(m, acc_m[r]);
+      q4k_results(a, m, out + 8 * r);
+      q4k_results(a + 8, m + 8, out + 8 * r + 4);
+    }
+  }
+};
+#pragma GCC diagnostic pop
+#endif
+
+// A Q6_K group's scales of one super-block: transposed to [group of 16][row] (t[q] holds groups
+// 4q..4q+3, 4 bytes each), and per row as int16 (sc[k]: row k's 16).
+struct Q6KScales {
+  __m128i t[4];
+  __m256i sc[4];
+};
+inline Q6KScales q6k_scales(const BlockQ6_Kx4& wb) {
+  const __m128i s0 = load128(wb.scales[0]), s1 = load128(wb.scales[1]), s2 = load128(wb.scales[2]),
+                s3 = load128(wb.scales[3]);
+  const __m128i lo01 = _mm_unpacklo_epi8(s0, s1), lo23 = _mm_unpacklo_epi8(s2, s3);
+  const __m128i hi01 = _mm_unpackhi_epi8(s0, s1), hi23 = _mm_unpackhi_epi8(s2, s3);
+  return {{_mm_unpacklo_epi16(lo01, lo23), _mm_unpackhi_epi16(lo01, lo23), _mm_unpacklo_epi16(hi01, hi23),
+           _mm_unpackhi_epi16(hi01, hi23)},
+          {_mm256_cvtepi8_epi16(s0), _mm256_cvtepi8_epi16(s1), _mm256_cvtepi8_epi16(s2), _mm256_cvtepi8_epi16(s3)}};
+}
+// Group of 16 number n's scale of row k in int16 lanes 4k..4k+3.
+inline __m256i q6k_spread(const Q6KScales& s, int n) {
+  const int8_t f = static_cast<int8_t>(4 * (n % 4));
+  const __m128i pick = _mm_setr_epi8(f, f, f, f, f + 1, f + 1, f + 1, f + 1, f + 2, f + 2, f + 2, f + 2, f + 3,
+                                     f + 3, f + 3, f + 3);
+  return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(s.t[n / 4], pick));
+}
+// Σ scale·bsum per row over groups 0-7 (low half) and 8-15 (high), to [r0, r0, r1, r1, ...]
+inline __m256i q6k_offsets(const Q6KScales& s, __m256i bsums) {
+  const __m256i h01 = _mm256_hadd_epi32(_mm256_madd_epi16(s.sc[0], bsums), _mm256_madd_epi16(s.sc[1], bsums));
+  const __m256i h23 = _mm256_hadd_epi32(_mm256_madd_epi16(s.sc[2], bsums), _mm256_madd_epi16(s.sc[3], bsums));
+  return _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(h01, h23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+// A group's d per int32 lane pair.
+inline __m256 q6k_d(const BlockQ6_Kx4& wb) {
+  return _mm256_permutevar8x32_ps(
+      _mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb.d)))),
+      _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+}
 
 struct TileQ6KAvx2 {
   template <int R>
@@ -260,20 +401,7 @@ struct TileQ6KAvx2 {
     const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
     for (int b = 0; b < nb; ++b) {
       const BlockQ6_Kx4& wb = w[b];
-      // The scales transposed to [group of 16][row]: t[q] holds groups 4q..4q+3, 4 bytes each.
-      const __m128i s0 = load128(wb.scales[0]), s1 = load128(wb.scales[1]), s2 = load128(wb.scales[2]),
-                    s3 = load128(wb.scales[3]);
-      const __m128i lo01 = _mm_unpacklo_epi8(s0, s1), lo23 = _mm_unpacklo_epi8(s2, s3);
-      const __m128i hi01 = _mm_unpackhi_epi8(s0, s1), hi23 = _mm_unpackhi_epi8(s2, s3);
-      const __m128i t[4] = {_mm_unpacklo_epi16(lo01, lo23), _mm_unpackhi_epi16(lo01, lo23),
-                            _mm_unpacklo_epi16(hi01, hi23), _mm_unpackhi_epi16(hi01, hi23)};
-      // Group of 16 number n's scale of row k in int16 lanes 4k..4k+3.
-      auto spread = [&](int n) {
-        const int8_t f = static_cast<int8_t>(4 * (n % 4));
-        const __m128i pick = _mm_setr_epi8(f, f, f, f, f + 1, f + 1, f + 1, f + 1, f + 2, f + 2, f + 2, f + 2,
-                                           f + 3, f + 3, f + 3, f + 3);
-        return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(t[n / 4], pick));
-      };
+      const Q6KScales s = q6k_scales(wb);
       __m256i sumi[R];
       for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -285,7 +413,7 @@ struct TileQ6KAvx2 {
           const __m256i top = _mm256_and_si256(_mm256_srli_epi16(load256(wb.qh[h][c]), 2 * i), m3);
           q[c] = _mm256_or_si256(_mm256_and_si256(i < 2 ? low : _mm256_srli_epi16(low, 4), m4), _mm256_slli_epi16(top, 4));
         }
-        const __m256i scale_a = spread(2 * g), scale_b = spread(2 * g + 1);
+        const __m256i scale_a = q6k_spread(s, 2 * g), scale_b = q6k_spread(s, 2 * g + 1);
         for (int r = 0; r < R; ++r) {
           const int8_t* a = x[r][b].qs + 32 * g;
           const __m256i sa = _mm256_add_epi16(_mm256_maddubs_epi16(q[0], broadcast8_avx2(a)),
@@ -296,19 +424,10 @@ struct TileQ6KAvx2 {
           asm("" : "+x"(sumi[r]));
         }
       }
-      const __m256i sc[4] = {_mm256_cvtepi8_epi16(s0), _mm256_cvtepi8_epi16(s1), _mm256_cvtepi8_epi16(s2),
-                             _mm256_cvtepi8_epi16(s3)};
-      const __m256 dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64(
-                                                     reinterpret_cast<const __m128i*>(wb.d)))),
-                                                 _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+      const __m256 dw = q6k_d(wb);
       for (int r = 0; r < R; ++r) {
         const BlockQ8_K& xb = x[r][b];
-        // Σ scale·bsum per row over groups 0-7 (low half) and 8-15 (high), to [r0, r0, r1, r1, ...]
-        const __m256i bs = load256(xb.bsums);
-        const __m256i h01 = _mm256_hadd_epi32(_mm256_madd_epi16(sc[0], bs), _mm256_madd_epi16(sc[1], bs));
-        const __m256i h23 = _mm256_hadd_epi32(_mm256_madd_epi16(sc[2], bs), _mm256_madd_epi16(sc[3], bs));
-        const __m256i offset = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(h01, h23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        const __m256i lanes = _mm256_sub_epi32(sumi[r], _mm256_slli_epi32(offset, 5));
+        const __m256i lanes = _mm256_sub_epi32(sumi[r], _mm256_slli_epi32(q6k_offsets(s, load256(xb.bsums)), 5));
         acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(xb.d), dw), _mm256_cvtepi32_ps(lanes), acc[r]);
       }
     }
@@ -319,6 +438,62 @@ struct TileQ6KAvx2 {
     }
   }
 };
+#endif
+
+#if HELIOS_QUANT_X4_AVX512
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// TileQ6KAvx2 for two groups of 4 rows at once, group a in the low half of each register and b
+// in the high, as TileQ4KAvx512: the same bits. out[8r + k]: rows 0-3 group a's, 4-7 b's.
+struct TileQ6KAvx512 {
+  template <int R>
+  void operator()(const BlockQ6_Kx4* wa, const BlockQ6_Kx4* wb, const BlockQ8_K* const* x, int nb, float* out) const {
+    __m512 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0xF), m3 = _mm512_set1_epi8(3);
+    for (int b = 0; b < nb; ++b) {
+      const BlockQ6_Kx4 &ba = wa[b], &bb = wb[b];
+      const Q6KScales sa = q6k_scales(ba), sb = q6k_scales(bb);
+      __m512i sumi[R];
+      for (int r = 0; r < R; ++r) sumi[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+        const int h = g / 4, i = g % 4;
+        __m512i q[4];
+        for (int c = 0; c < 4; ++c) {
+          const __m512i low = pair256(ba.ql[h][i % 2][c], bb.ql[h][i % 2][c]);
+          const __m512i top = _mm512_and_si512(_mm512_srli_epi16(pair256(ba.qh[h][c], bb.qh[h][c]), 2 * i), m3);
+          q[c] = _mm512_or_si512(_mm512_and_si512(i < 2 ? low : _mm512_srli_epi16(low, 4), m4), _mm512_slli_epi16(top, 4));
+        }
+        const __m512i scale_a = join(q6k_spread(sa, 2 * g), q6k_spread(sb, 2 * g));
+        const __m512i scale_b = join(q6k_spread(sa, 2 * g + 1), q6k_spread(sb, 2 * g + 1));
+        for (int r = 0; r < R; ++r) {
+          const int8_t* a = x[r][b].qs + 32 * g;
+          const __m512i s_a = _mm512_add_epi16(_mm512_maddubs_epi16(q[0], broadcast8_avx512(a)),
+                                               _mm512_maddubs_epi16(q[1], broadcast8_avx512(a + 8)));
+          const __m512i s_b = _mm512_add_epi16(_mm512_maddubs_epi16(q[2], broadcast8_avx512(a + 16)),
+                                               _mm512_maddubs_epi16(q[3], broadcast8_avx512(a + 24)));
+          sumi[r] = madd_add_avx512(madd_add_avx512(sumi[r], s_a, scale_a), s_b, scale_b);
+          asm("" : "+v"(sumi[r]));
+        }
+      }
+      const __m512 dw = join(q6k_d(ba), q6k_d(bb));
+      for (int r = 0; r < R; ++r) {
+        const BlockQ8_K& xb = x[r][b];
+        const __m256i bs = load256(xb.bsums);
+        const __m512i lanes = _mm512_sub_epi32(sumi[r], _mm512_slli_epi32(join(q6k_offsets(sa, bs), q6k_offsets(sb, bs)), 5));
+        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(xb.d), dw), _mm512_cvtepi32_ps(lanes), acc[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      alignas(64) float a[16];
+      _mm512_store_ps(a, acc[r]);
+      for (int k = 0; k < 8; ++k) out[8 * r + k] = a[2 * k] + a[2 * k + 1];
+    }
+  }
+};
+#pragma GCC diagnostic pop
 #endif
 
 // Groups of 4 weight rows [out_begin, out_end) against the activation rows, in chunks that stay in
@@ -344,13 +519,58 @@ void matmul_x4(const Tile& tile, const void* w, const void* xq, int nb, int32_t 
   }
 }
 
+#if HELIOS_QUANT_X4_AVX512
+// Activation rows per paired tile: 4 rows' sums and accumulators beside the unpacked weights; 8
+// spill (measured, 32 rows of Q4_K 8960 x 1536: 152 GMAC/s with 4, 89 with 8; Q6_K 1536 x 8960:
+// 106-122 with 4, 92-94 with 2).
+constexpr int kPairTileRows = 4;
+// matmul_x4 with two groups of 4 weight rows to a tile (Pair8) wherever two remain, the last
+// group alone (Single4).
+template <typename X4, int R, typename Pair8, typename Single4>
+void matmul_x8(const Pair8& pair, const Single4& single, const void* w, const void* xq, int nb, int32_t n_rows,
+               int32_t n_out, int32_t out_begin, int32_t out_end, float* y) {
+  const auto* wb = static_cast<const X4*>(w);
+  const auto* xb = static_cast<const BlockQ8_K*>(xq);
+  const int32_t chunk = row_chunk(static_cast<int64_t>(nb) * sizeof(BlockQ8_K), R);
+  for (int32_t r0 = 0; r0 < n_rows; r0 += chunk) {
+    const int32_t r1 = n_rows - r0 < chunk ? n_rows : r0 + chunk;
+    for (int32_t o = out_begin; o < out_end;) {
+      const X4* wg = wb + static_cast<int64_t>(o / 4) * nb;
+      const bool two = o + 8 <= out_end;
+      steps<R>(r0, r1, [&]<int RT>(int32_t r) {
+        const BlockQ8_K* xs[RT];
+        for (int i = 0; i < RT; ++i) xs[i] = xb + static_cast<int64_t>(r + i) * nb;
+        if (two) {
+          float v[RT * 8];
+          pair.template operator()<RT>(wg, wg + nb, xs, nb, v);
+          store_tile<8, RT>(v, o, r, n_out, y);
+        } else {
+          float v[RT * 4];
+          single.template operator()<RT>(wg, xs, nb, v);
+          store_tile<4, RT>(v, o, r, n_out, y);
+        }
+      });
+      o += two ? 8 : 4;
+    }
+  }
+}
+#endif
+
 void matmul_interleaved(uint32_t type, bool vector, const void* w, const void* xq, int32_t n_rows, int32_t n_in,
                         int32_t n_out, int32_t out_begin, int32_t out_end, float* y) {
   const int nb = n_in / kQKK;
   const bool q6 = type == kWeightQ6_K;
 #if HELIOS_QUANT_AVX2
   if (vector) {
+#if HELIOS_QUANT_X4_AVX512
+    if (q6)
+      return matmul_x8<BlockQ6_Kx4, kPairTileRows>(TileQ6KAvx512{}, TileQ6KAvx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
+#endif
     if (q6) return matmul_x4<BlockQ6_Kx4, kSumRowsPerTile>(TileQ6KAvx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
+#if HELIOS_QUANT_X4_AVX512
+    return matmul_x8<BlockQ4_Kx4, kPairTileRows>(TileQ4KAvx512{}, TileQ4KAvx2{}, w, xq, nb, n_rows, n_out, out_begin,
+                                                out_end, y);
+#endif
     return matmul_x4<BlockQ4_Kx4, kSumRowsPerTile>(TileQ4KAvx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
   }
 #endif
