@@ -32,16 +32,21 @@ enum class HoldPolicy {
 const char* hold_policy_name(HoldPolicy policy);  // discard | improved-discard | preserve | swap | min-waste
 std::optional<HoldPolicy> parse_hold_policy(std::string_view name);
 
+// The tool-call markup of the chat templates Helios knows (Qwen2.5, Hermes): <tool_call>
+// {"name": ..., "arguments": {...}} </tool_call>. Intercepts pause at its close; the OpenAI API
+// parses it into tool_calls and writes its opening to force a call.
+inline constexpr char kToolCallOpen[] = "<tool_call>";
+inline constexpr char kToolCallClose[] = "</tool_call>";
+
 // What pauses a generation. A trigger does not end it: its text stays in the output and in the
 // context the generation resumes from.
 struct InterceptTriggers {
   std::vector<std::string> strings;  // pause once the segment's text contains one
   std::vector<TokenId> token_ids;    // pause after one of these tokens
-  // Pause at the close of the chat template's tool-call markup (Qwen2.5, Hermes: <tool_call>
-  // {"name": ..., "arguments": {...}} </tool_call>).
+  // Pause at the close of the chat template's tool-call markup.
   bool tool_calls = false;
-  std::string tool_call_open = "<tool_call>";
-  std::string tool_call_close = "</tool_call>";
+  std::string tool_call_open = kToolCallOpen;
+  std::string tool_call_close = kToolCallClose;
   // An end-of-generation token pauses for the next human turn instead of finishing.
   bool end_of_turn = false;
   // A segment that reaches its max_tokens pauses (trigger "length") instead of finishing: for

@@ -17,6 +17,7 @@
 
 #include "helios/config.h"
 #include "helios/engine.h"
+#include "helios/intercept.h"
 #include "helios/tokenizer.h"
 #include "helios/v1/helios.pb.h"
 
@@ -91,10 +92,6 @@ ApiError from_conversion_error(const Status& status, const Request& request);
 // does not mention tool_call_open) gets the bare JSON, which ToolCallParser reads too. "" when
 // the request forces nothing. The model then writes the rest, and ToolCallParser reads the prefix
 // and the generated text as one.
-// Qwen2.5 / Hermes tool-call markup, which ToolCallParser reads and forced_reply_prefix writes.
-inline constexpr char kToolCallOpen[] = "<tool_call>";
-inline constexpr char kToolCallClose[] = "</tool_call>";
-
 std::string forced_reply_prefix(const Request& request, const std::string& chat_template,
                                 const std::string& tool_call_open = kToolCallOpen);
 

@@ -45,7 +45,7 @@ class SessionTurns {
   // one; nullopt for a text or token prompt (then only plain resumes are possible).
   // `tool_call_open`: the tool-call markup's open (InterceptTriggers::tool_call_open).
   SessionTurns(const Tokenizer& tokenizer, std::optional<ChatRequest> conversation,
-               std::string tool_call_open = "<tool_call>");
+               std::string tool_call_open = kToolCallOpen);
 
   bool has_conversation() const { return conversation_.has_value(); }
 

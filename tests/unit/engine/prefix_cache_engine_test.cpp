@@ -65,7 +65,9 @@ TEST(PrefixCacheEngine, SecondTurnsHitTheCacheAndGenerateWhatTheyWouldWithout) {
     EXPECT_TRUE(stats.enabled);
     EXPECT_GT(stats.query_blocks, 0);
     // Full depth: every prompt block and the full-depth output blocks are found again.
-    if (policy == ExitPolicy::kFull) EXPECT_GE(stats.hit_blocks, 8) << "hits " << stats.hit_blocks;
+    if (policy == ExitPolicy::kFull) {
+      EXPECT_GE(stats.hit_blocks, 8) << "hits " << stats.hit_blocks;
+    }
     EXPECT_EQ(uncached.engine->status().prefix_cache.hit_blocks, 0);
   }
 }
