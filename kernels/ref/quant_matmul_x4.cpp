@@ -563,12 +563,13 @@ void matmul_interleaved(uint32_t type, bool vector, const void* w, const void* x
 #if HELIOS_QUANT_AVX2
   if (vector) {
 #if HELIOS_QUANT_X4_AVX512
-    if (q6)
+    if (q6 && n_rows >= kPairedMinRows)
       return matmul_x8<BlockQ6_Kx4, kPairTileRows>(TileQ6KAvx512{}, TileQ6KAvx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
 #endif
     if (q6) return matmul_x4<BlockQ6_Kx4, kSumRowsPerTile>(TileQ6KAvx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
 #if HELIOS_QUANT_X4_AVX512
-    return matmul_x8<BlockQ4_Kx4, kPairTileRows>(TileQ4KAvx512{}, TileQ4KAvx2{}, w, xq, nb, n_rows, n_out, out_begin,
+    if (n_rows >= kPairedMinRows)
+      return matmul_x8<BlockQ4_Kx4, kPairTileRows>(TileQ4KAvx512{}, TileQ4KAvx2{}, w, xq, nb, n_rows, n_out, out_begin,
                                                 out_end, y);
 #endif
     return matmul_x4<BlockQ4_Kx4, kSumRowsPerTile>(TileQ4KAvx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);

@@ -318,7 +318,15 @@ void Engine::Impl::step() {
   if (!ok) return;
   publish_prefix_blocks(out);
   account_step(out, forward_seconds);
-  publish_step(out, std::max(1e-9, std::chrono::duration<double>(Clock::now() - t0).count()));
+  const double step_seconds = std::max(1e-9, std::chrono::duration<double>(Clock::now() - t0).count());
+  publish_step(out, step_seconds);
+  if (spdlog::should_log(spdlog::level::debug)) {
+    int32_t n_decode = 0;
+    for (const ScheduledSequence& s : out.seqs) n_decode += s.n_tokens == 1 && s.samples;
+    spdlog::debug("step: {} sequences ({} decodes), {} tokens, {} waiting; forward {:.1f} ms of {:.1f} ms",
+                  out.seqs.size(), n_decode, out.n_batched_tokens, scheduler.n_waiting(), forward_seconds * 1e3,
+                  step_seconds * 1e3);
+  }
   last_step_ns.store(Clock::now().time_since_epoch().count(), std::memory_order_release);
   steps_done.fetch_add(1, std::memory_order_release);
 }
