@@ -43,13 +43,21 @@ TEST(ThreadPool, WorkersWakeAfterSleeping) {
 }
 
 // A slow chunk does not hold back the rest of the loop: the other thread takes the chunks left.
+// Chunk 0 stays busy until every other item is done (or 10 s pass, which a pool that split the
+// loop up front would need), so the test does not depend on how the machine schedules threads.
 TEST(ThreadPool, AThreadSlowedOnOneChunkLeavesTheRestToTheOthers) {
   ThreadPool pool(2);
   const int64_t n = 64;
   std::vector<std::thread::id> ran_on(n);
+  std::atomic<int64_t> others_done{0};
   pool.parallel_for(n, [&](int64_t begin, int64_t end) {
-    if (begin == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (begin == 0) {
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (others_done.load() < n - end && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     for (int64_t i = begin; i < end; ++i) ran_on[i] = std::this_thread::get_id();
+    if (begin != 0) others_done.fetch_add(end - begin);
   });
   int64_t with_first = 0;
   for (int64_t i = 0; i < n; ++i) with_first += ran_on[i] == ran_on[0];
