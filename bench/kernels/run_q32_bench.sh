@@ -25,6 +25,8 @@ shapes=("q4_1 576 1536" "q4_1 1536 576" "q4_1 576 576" "q5_0 896 4864" "q5_0 896
   echo
   echo "Machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs). \"differ\": results not bit-identical to the scalar reference."
   echo
+  echo "The 256-bit build is \`-mno-avx512f\`: AVX2 code, whose byte products take \`maddubs\` + \`madd\` (VNNI's \`dpbusd\` needs AVX-512VL here). The AVX-512 build runs the same 256-bit tiles with \`dpbusd\` below 16 rows and the paired 512-bit tiles from 16 (\`kPairedMinRows\`); at 1–2 rows both stream the blocks as they are."
+  echo
   echo "| type | weights (out x in) | rows | 256-bit ms | GMAC/s | AVX-512 ms | GMAC/s | speed-up | differ |"
   echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
   for shape in "${shapes[@]}"; do
