@@ -606,9 +606,7 @@ void matmul_avx2(const void* w, const void* xq, int nb, int32_t n_rows, int32_t 
     return;
   }
 #if HELIOS_QUANT_AVX512
-  if constexpr (!T::kUnpackedSigned) {
-    if (n_rows >= quant::kPairedMinRows) return matmul_paired<T>(wb, xb, nb, n_rows, n_out, out_begin, out_end, y);
-  }
+  if (n_rows >= quant::kPairedMinRows) return matmul_paired<T>(wb, xb, nb, n_rows, n_out, out_begin, out_end, y);
 #endif
   const int32_t chunk = quant::row_chunk(static_cast<int64_t>(nb) * (sizeof(Unpacked::Bytes) + 8), R);
   for (int32_t r0 = 0; r0 < n_rows; r0 += chunk) {

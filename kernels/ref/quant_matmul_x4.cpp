@@ -13,6 +13,7 @@
 // multiply-add per super-block and are added at the end. The scalar twins follow the same
 // order, so the vector code gives their bits.
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/kernels.h"
 #include "kernels/ref/fp16.h"
@@ -497,24 +498,37 @@ struct TileQ6KAvx512 {
 #endif
 
 // Groups of 4 weight rows [out_begin, out_end) against the activation rows, in chunks that stay in
-// L2 while the weights pass over them, R activation rows per tile.
-template <typename X4, int R, typename Tile>
+// L2 while the weights pass over them, R activation rows per tile; with a Pair8 tile, two groups
+// to a tile wherever two remain (NoPair: a group at a time).
+struct NoPair {};
+template <typename X4, int R, typename Tile, typename Pair8 = NoPair>
 void matmul_x4(const Tile& tile, const void* w, const void* xq, int nb, int32_t n_rows, int32_t n_out,
-               int32_t out_begin, int32_t out_end, float* y) {
+               int32_t out_begin, int32_t out_end, float* y, const Pair8& pair = {}) {
+  constexpr bool kPairs = !std::is_same_v<Pair8, NoPair>;
   const auto* wb = static_cast<const X4*>(w);
   const auto* xb = static_cast<const BlockQ8_K*>(xq);
   const int32_t chunk = row_chunk(static_cast<int64_t>(nb) * sizeof(BlockQ8_K), R);
   for (int32_t r0 = 0; r0 < n_rows; r0 += chunk) {
     const int32_t r1 = n_rows - r0 < chunk ? n_rows : r0 + chunk;
-    for (int32_t o = out_begin; o < out_end; o += 4) {
+    for (int32_t o = out_begin; o < out_end;) {
       const X4* wg = wb + static_cast<int64_t>(o / 4) * nb;
+      const bool two = kPairs && o + 8 <= out_end;
       steps<R>(r0, r1, [&]<int RT>(int32_t r) {
         const BlockQ8_K* xs[RT];
         for (int i = 0; i < RT; ++i) xs[i] = xb + static_cast<int64_t>(r + i) * nb;
+        if constexpr (kPairs) {
+          if (two) {
+            float v[RT * 8];
+            pair.template operator()<RT>(wg, wg + nb, xs, nb, v);
+            store_tile<8, RT>(v, o, r, n_out, y);
+            return;
+          }
+        }
         float v[RT * 4];
         tile.template operator()<RT>(wg, xs, nb, v);
         store_tile<4, RT>(v, o, r, n_out, y);
       });
+      o += two ? 8 : 4;
     }
   }
 }
@@ -524,36 +538,6 @@ void matmul_x4(const Tile& tile, const void* w, const void* xq, int nb, int32_t 
 // spill (measured, 32 rows of Q4_K 8960 x 1536: 152 GMAC/s with 4, 89 with 8; Q6_K 1536 x 8960:
 // 106-122 with 4, 92-94 with 2).
 constexpr int kPairTileRows = 4;
-// matmul_x4 with two groups of 4 weight rows to a tile (Pair8) wherever two remain, the last
-// group alone (Single4).
-template <typename X4, int R, typename Pair8, typename Single4>
-void matmul_x8(const Pair8& pair, const Single4& single, const void* w, const void* xq, int nb, int32_t n_rows,
-               int32_t n_out, int32_t out_begin, int32_t out_end, float* y) {
-  const auto* wb = static_cast<const X4*>(w);
-  const auto* xb = static_cast<const BlockQ8_K*>(xq);
-  const int32_t chunk = row_chunk(static_cast<int64_t>(nb) * sizeof(BlockQ8_K), R);
-  for (int32_t r0 = 0; r0 < n_rows; r0 += chunk) {
-    const int32_t r1 = n_rows - r0 < chunk ? n_rows : r0 + chunk;
-    for (int32_t o = out_begin; o < out_end;) {
-      const X4* wg = wb + static_cast<int64_t>(o / 4) * nb;
-      const bool two = o + 8 <= out_end;
-      steps<R>(r0, r1, [&]<int RT>(int32_t r) {
-        const BlockQ8_K* xs[RT];
-        for (int i = 0; i < RT; ++i) xs[i] = xb + static_cast<int64_t>(r + i) * nb;
-        if (two) {
-          float v[RT * 8];
-          pair.template operator()<RT>(wg, wg + nb, xs, nb, v);
-          store_tile<8, RT>(v, o, r, n_out, y);
-        } else {
-          float v[RT * 4];
-          single.template operator()<RT>(wg, xs, nb, v);
-          store_tile<4, RT>(v, o, r, n_out, y);
-        }
-      });
-      o += two ? 8 : 4;
-    }
-  }
-}
 #endif
 
 void matmul_interleaved(uint32_t type, bool vector, const void* w, const void* xq, int32_t n_rows, int32_t n_in,
@@ -564,13 +548,14 @@ void matmul_interleaved(uint32_t type, bool vector, const void* w, const void* x
   if (vector) {
 #if HELIOS_QUANT_X4_AVX512
     if (q6 && n_rows >= kPairedMinRows)
-      return matmul_x8<BlockQ6_Kx4, kPairTileRows>(TileQ6KAvx512{}, TileQ6KAvx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
+      return matmul_x4<BlockQ6_Kx4, kPairTileRows>(TileQ6KAvx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y,
+                                                   TileQ6KAvx512{});
 #endif
     if (q6) return matmul_x4<BlockQ6_Kx4, kSumRowsPerTile>(TileQ6KAvx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
 #if HELIOS_QUANT_X4_AVX512
     if (n_rows >= kPairedMinRows)
-      return matmul_x8<BlockQ4_Kx4, kPairTileRows>(TileQ4KAvx512{}, TileQ4KAvx2{}, w, xq, nb, n_rows, n_out, out_begin,
-                                                out_end, y);
+      return matmul_x4<BlockQ4_Kx4, kPairTileRows>(TileQ4KAvx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y,
+                                                   TileQ4KAvx512{});
 #endif
     return matmul_x4<BlockQ4_Kx4, kSumRowsPerTile>(TileQ4KAvx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
   }
