@@ -42,7 +42,7 @@ shapes=("q4_1 576 1536" "q4_1 1536 576" "q4_1 576 576" "q5_0 896 4864" "q5_0 896
       read -r t o i _ nms ng nd <<<"$n"
       read -r _ _ _ _ wms wg wd <<<"$w"
       printf '| %s | %s x %s | %s | %s | %s | %s | %s | **%.2fx** | %s |\n' "$t" "$o" "$i" "$r" "$nms" "$ng" "$wms" "$wg" \
-        "$(echo "$wg / $ng" | bc -l)" "$((nd + wd))"
+        "$(awk -v a="$wg" -v b="$ng" 'BEGIN { print a / b }')" "$((nd + wd))"
     done
   done
 } | tee "$OUT"
