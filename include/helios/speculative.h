@@ -13,12 +13,15 @@ namespace helios {
 // sequence's `input` (at `position`, not yet in the cache) and n_draft tokens proposed by the exit
 // head at `draft_layer` run the blocks up to it, one token per pass; then every input of every
 // sequence continues through the remaining blocks in one pass, reusing the K/V the drafts wrote.
-// Each table must cover position + n_draft.
+// Each table must cover position + n_draft. A proposal whose exit confidence (top-1 probability)
+// is below draft_threshold is dropped and ends the sequence's drafting, so n_draft comes back as
+// the drafts made: an unsure draft would cost a pass to the exit and most likely be rejected.
 struct SpeculativeSeq {
   const BlockTable* table = nullptr;
   TokenId input = 0;
   int32_t position = 0;
-  int32_t n_draft = 0;
+  int32_t n_draft = 0;           // in: at most this many drafts; out: the drafts made
+  float draft_threshold = 0.0f;  // 0: always draft n_draft
   std::vector<TokenId> inputs;  // out: input, then the drafts
   int32_t first_row = 0;        // out: the verify row after inputs[0]; row first_row + i follows inputs[i]
 };

@@ -107,7 +107,7 @@ void add_generation_options(Args& args) {
       .option("threshold", "T", "early exit: leave at an exit when confidence >= T (0..1; 1 = never early); 'calibrated' = each exit's fitted threshold")
       .option("depth", "D", "early exit: fixed-depth exit layer, or self-speculative draft layer; 0 = the model's", "0")
       .option("measure", "NAME", "early exit: confidence measure top1 | margin | entropy | probe | saturation | agreement")
-      .option("draft-tokens", "N", "early exit: self-speculative tokens drafted per verification (1..16); 0 = the model's", "0")
+      .option("draft-tokens", "N", "early exit: self-speculative drafts per verification at most (1..16); 0 = the model's", "0")
       .option("show-exits", "", "print each token's exit layer and confidence to stderr, then their mean");
 }
 

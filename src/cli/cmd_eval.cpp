@@ -28,7 +28,8 @@ StatusOr<std::vector<ExitRule>> rules_from_args(const Args& args, const Model& m
   std::vector<ExitRule> rules;
   for (const std::string& name : policies) {
     HELIOS_ASSIGN_OR_RETURN(ExitPolicy policy, parse_exit_policy(name));
-    if (policy == ExitPolicy::kPerToken || policy == ExitPolicy::kBatchSync) {
+    if (policy == ExitPolicy::kPerToken || policy == ExitPolicy::kBatchSync ||
+        policy == ExitPolicy::kSelfSpeculative) {
       for (const std::string& t : thresholds) {
         HELIOS_ASSIGN_OR_RETURN(ExitRule r, exit_rule_from_args(args, model, name, t));
         rules.push_back(r);

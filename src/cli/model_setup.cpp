@@ -26,10 +26,11 @@ void add_model_options(Args& args, bool heads_option) {
 void add_exit_rule_options(Args& args) {
   args.option("policy", "P", "early exit: full | per-token | batch-sync | fixed-depth | self-speculative", "full")
       .option("threshold", "T", "confidence to leave early; 0 = at the first exit, 1 = never early; 'calibrated' = "
-                                "each exit's threshold from the heads file (top1)", "0.9")
+                                "each exit's threshold from the heads file (top1); self-speculative: the draft "
+                                "head's top1 to keep drafting (0 = always draft)", "0.9")
       .option("depth", "D", "fixed-depth: the exit layer (0 = loaded depth); self-speculative: the draft exit (0 = first exit)", "0")
       .option("measure", "M", "confidence: top1 | margin | entropy | probe | saturation | agreement (the heads file's curve: the share of leaving tokens that agree)", "top1")
-      .option("draft-tokens", "N", "self-speculative: tokens drafted per verification", "4");
+      .option("draft-tokens", "N", "self-speculative: at most this many drafts per verification", "4");
 }
 
 std::vector<std::string> split_list(const std::string& text) {

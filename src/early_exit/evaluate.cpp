@@ -16,17 +16,24 @@ namespace {
 
 constexpr int32_t kBlockSize = 16;
 
-bool uses_threshold(ExitPolicy p) { return p == ExitPolicy::kPerToken || p == ExitPolicy::kBatchSync; }
+bool uses_threshold(ExitPolicy p) {
+  return p == ExitPolicy::kPerToken || p == ExitPolicy::kBatchSync || p == ExitPolicy::kSelfSpeculative;
+}
 bool uses_depth(ExitPolicy p) { return p == ExitPolicy::kFixedDepth || p == ExitPolicy::kSelfSpeculative; }
+// Self-speculative drafts while the draft head's top-1 probability reaches the threshold.
+ConfidenceMeasure measure_of(const ExitRule& r) {
+  return r.policy == ExitPolicy::kSelfSpeculative ? ConfidenceMeasure::kTop1Prob : r.measure;
+}
 
 std::string rule_label(const ExitRule& r) {
   std::string s = exit_policy_name(r.policy);
   char buf[64];
   if (uses_threshold(r.policy)) {
+    const char* measure = confidence_measure_name(measure_of(r));
     if (r.calibrated_thresholds) {
-      std::snprintf(buf, sizeof buf, " %s>=calibrated", confidence_measure_name(r.measure));
+      std::snprintf(buf, sizeof buf, " %s>=calibrated", measure);
     } else {
-      std::snprintf(buf, sizeof buf, " %s>=%.2f", confidence_measure_name(r.measure), r.threshold);
+      std::snprintf(buf, sizeof buf, " %s>=%.2f", measure, r.threshold);
     }
     s += buf;
   }
@@ -181,7 +188,7 @@ std::string eval_table_markdown(const std::vector<EvalRow>& rows, int32_t n_laye
     if (uses_depth(r.rule.policy)) std::snprintf(depth, sizeof depth, "%d", r.rule.depth);
     std::snprintf(line, sizeof line,
                   "| %s | %s | %s | %s | %.3f | %+.2f%% | %.1f%% | %.0f%% | %.2f / %d | %.2f | %.2f | %.2f | %.1f | %.2fx |\n",
-                  exit_policy_name(r.rule.policy), thr ? confidence_measure_name(r.rule.measure) : "-", threshold, depth,
+                  exit_policy_name(r.rule.policy), thr ? confidence_measure_name(measure_of(r.rule)) : "-", threshold, depth,
                   r.perplexity, r.perplexity_increase_pct, 100 * r.agreement, 100 * r.identical, r.mean_exit_layer,
                   n_layers, r.layers_per_token, r.fill_per_token, r.head_rows_per_token, r.tokens_per_s, r.speedup);
     out += line;
@@ -199,7 +206,7 @@ std::string eval_rows_json(const std::vector<EvalRow>& rows, const std::string& 
   for (const EvalRow& r : rows) {
     nlohmann::json row = {
         {"policy", exit_policy_name(r.rule.policy)},
-        {"measure", confidence_measure_name(r.rule.measure)},
+        {"measure", confidence_measure_name(measure_of(r.rule))},
         {"perplexity", r.perplexity},
         {"perplexity_increase_pct", r.perplexity_increase_pct},
         {"scored_tokens", r.n_scored},

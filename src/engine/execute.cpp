@@ -65,6 +65,7 @@ bool Engine::Impl::run_speculative(const SchedulerOutput& out, int32_t draft_lay
     seq.input = (*scheduler.tokens(s.id))[s.start_pos];
     seq.position = s.start_pos;
     seq.n_draft = s.n_lookahead;
+    seq.draft_threshold = live[s.id]->request.exit.threshold_at(draft_layer);
     round.push_back(std::move(seq));
   }
   ForwardResult fr;

@@ -123,10 +123,11 @@ StatusOr<GenerateResult> generate(Model& model, const std::vector<TokenId>& prom
       round[0].input = gen.last();
       round[0].position = position;
       round[0].n_draft = n_draft;
+      round[0].draft_threshold = rule.threshold_at(rule.depth);
       HELIOS_RETURN_IF_ERROR(speculative_round(model, kv, rule.depth, round, &fr, &work));
       out.decode_layer_rows += work.layer_rows;
       out.decode_head_rows += work.head_rows;
-      out.drafted += n_draft;
+      out.drafted += round[0].n_draft;
       out.accepted += take_speculated(round[0], [&](int32_t row, TokenId* token) {
         going = gen.take(fr.row(row), fr.n_vocab, fr.row_exit_layer[row], fr.row_confidence[row]);
         *token = gen.last();

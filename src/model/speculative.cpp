@@ -16,7 +16,7 @@ Status speculative_round(Model& model, KvCacheStorage& kv, int32_t draft_layer, 
     max_draft = std::max(max_draft, s.n_draft);
   }
   // Draft: pass i runs every sequence's i-th input up to the draft exit; its exit head proposes
-  // the next input (the last input needs no proposal).
+  // the next input (the last input needs no proposal), or ends the drafting when unsure.
   for (int32_t i = 0; i <= max_draft; ++i) {
     ForwardBatch draft;
     draft.last_layer = draft_layer;
@@ -33,6 +33,7 @@ Status speculative_round(Model& model, KvCacheStorage& kv, int32_t draft_layer, 
       draft.seqs.push_back(std::move(e));
       in_pass.push_back(j);
     }
+    if (draft.seqs.empty()) break;
     HELIOS_ASSIGN_OR_RETURN(ForwardResult fr, model.forward(draft, kv));
     work->layer_rows += fr.layer_rows;
     work->head_rows += fr.head_rows;
@@ -41,7 +42,12 @@ Status speculative_round(Model& model, KvCacheStorage& kv, int32_t draft_layer, 
       h.insert(h.end(), fr.hidden.begin() + k * n_embd, fr.hidden.begin() + (k + 1) * n_embd);
     }
     for (size_t r = 0; r < fr.row_seq.size(); ++r) {
-      seqs[in_pass[fr.row_seq[r]]].inputs.push_back(argmax(fr.row(r), fr.n_vocab));
+      SpeculativeSeq& s = seqs[in_pass[fr.row_seq[r]]];
+      if (fr.row_confidence[r] < s.draft_threshold) {
+        s.n_draft = i;
+      } else {
+        s.inputs.push_back(argmax(fr.row(r), fr.n_vocab));
+      }
     }
   }
   // Verify: all inputs continue from the draft exit through the remaining blocks at once.

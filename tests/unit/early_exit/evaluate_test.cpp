@@ -25,7 +25,7 @@ struct Evaluated {
       std::vector<std::vector<TokenId>> prompts;
       for (size_t i = 0; i < 4; ++i) prompts.push_back(m.tokenizer().encode(docs[i].substr(0, 80), true, false));
       std::vector<ExitRule> rules;
-      rules.push_back({ExitPolicy::kSelfSpeculative, ConfidenceMeasure::kTop1Prob, 0.9f, 2, 3});
+      rules.push_back({ExitPolicy::kSelfSpeculative, ConfidenceMeasure::kTop1Prob, 0.0f, 2, 3});  // drafts always
       rules.push_back({ExitPolicy::kPerToken, ConfidenceMeasure::kTop1Prob, 0.0f});
       rules.push_back({ExitPolicy::kPerToken, ConfidenceMeasure::kTop1Prob, 1.0f});
       rules.push_back({ExitPolicy::kFixedDepth, ConfidenceMeasure::kTop1Prob, 0.9f, 3});

@@ -64,11 +64,13 @@ TEST(EarlyExitEngine, BatchedSelfSpeculativeEqualsFull) {
   EXPECT_GT(st.kv_fill_layers_total, 0);
 }
 
-ExitRule speculative(int32_t depth, int32_t drafts) {
+// Drafting `drafts` every round (threshold 0) unless a threshold is given.
+ExitRule speculative(int32_t depth, int32_t drafts, float threshold = 0.0f) {
   ExitRule r;
   r.policy = ExitPolicy::kSelfSpeculative;
   r.depth = depth;
   r.draft_tokens = drafts;
+  r.threshold = threshold;
   return r;
 }
 
@@ -102,6 +104,23 @@ TEST(EarlyExitEngine, DraftsStayWithinTheStepTokenBudget) {
   Served loose;
   EXPECT_EQ(serve_all(tight, speculative(3, 4)), serve_all(loose, speculative(3, 4)));
   EXPECT_LT(tight.engine->status().draft_tokens_total, loose.engine->status().draft_tokens_total);
+}
+
+TEST(EarlyExitEngine, DraftsOnlyWhileTheDraftHeadIsSure) {
+  Served full_s, always_s, sure_s, never_s;
+  const auto full = serve_all(full_s, ExitRule{});
+  EXPECT_EQ(serve_all(always_s, speculative(3, 4)), full);
+  EXPECT_EQ(serve_all(sure_s, speculative(3, 4, 0.5f)), full);
+  EXPECT_EQ(serve_all(never_s, speculative(3, 4, 1.0f)), full);
+  const EngineStatus always = always_s.engine->status(), sure = sure_s.engine->status(),
+                     never = never_s.engine->status();
+  EXPECT_GT(sure.draft_tokens_accepted, 0);
+  EXPECT_LT(sure.draft_tokens_total, always.draft_tokens_total);
+  EXPECT_GT(static_cast<double>(sure.draft_tokens_accepted) / sure.draft_tokens_total,
+            static_cast<double>(always.draft_tokens_accepted) / always.draft_tokens_total);
+  EXPECT_EQ(never.draft_tokens_total, 0);
+  // Every token still counts its work: a round without drafts runs the stack once.
+  EXPECT_EQ(never.layers_computed_total, never.generated_tokens_total * full_s.model->n_layers_loaded());
 }
 
 TEST(EarlyExitEngine, RefusesARuleTheModelCannotRun) {

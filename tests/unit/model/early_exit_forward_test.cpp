@@ -320,6 +320,7 @@ void expect_speculative_equals_full(const std::string& path, const std::vector<s
         opt.exit.policy = ExitPolicy::kSelfSpeculative;
         opt.exit.depth = draft_layer;
         opt.exit.draft_tokens = drafts;
+        opt.exit.threshold = 0.0f;  // every draft, sure or not
         auto spec = generate(**model, prompt, opt);
         ASSERT_TRUE(spec.ok()) << spec.status().message();
         EXPECT_EQ(spec->tokens, full->tokens) << "'" << text << "' drafts " << drafts << " T " << temperature;
@@ -330,6 +331,45 @@ void expect_speculative_equals_full(const std::string& path, const std::vector<s
       }
     }
   }
+}
+
+// A draft below the threshold ends the round's drafting: fewer drafts the higher the threshold,
+// none at 1, every draft at 0, and the output is full's whatever the threshold.
+TEST(SelfSpeculative, DraftsWhileTheDraftHeadIsSure) {
+  auto backend = make_cpu_backend(2);
+  auto model = Model::load(testing::stories260k_path(), *backend);
+  ASSERT_TRUE(model.ok());
+  ASSERT_TRUE((*model)->set_exits({3}, nullptr).ok());
+  const auto prompt = (*model)->tokenizer().encode("Once upon a time", true, false);
+  GenerateOptions opt;
+  opt.max_tokens = 60;
+  opt.ignore_eos = true;
+  auto full = generate(**model, prompt, opt);
+  ASSERT_TRUE(full.ok());
+  opt.exit.policy = ExitPolicy::kSelfSpeculative;
+  opt.exit.depth = 3;
+  opt.exit.draft_tokens = 4;
+  std::vector<GenerateResult> runs;
+  for (float threshold : {0.0f, 0.5f, 1.0f}) {
+    opt.exit.threshold = threshold;
+    auto spec = generate(**model, prompt, opt);
+    ASSERT_TRUE(spec.ok()) << spec.status().message();
+    EXPECT_EQ(spec->tokens, full->tokens) << "threshold " << threshold;
+    runs.push_back(std::move(*spec));
+  }
+  const GenerateResult &always = runs[0], &sure = runs[1], &never = runs[2];
+  // Always drafting: each round after the prefill's token emits its confirmed drafts and one
+  // more, and drafts 4 but near max_tokens (the last four rounds at worst: 3, 2, 1 and 0 drafts).
+  const int64_t rounds = static_cast<int64_t>(always.tokens.size()) - 1 - always.accepted;
+  EXPECT_GE(always.drafted, 4 * rounds - (1 + 2 + 3 + 4));
+  EXPECT_LE(always.drafted, 4 * rounds);
+  EXPECT_GT(sure.drafted, 0);
+  EXPECT_LT(sure.drafted, always.drafted);
+  EXPECT_GT(sure.accepted, 0);
+  // Sure drafts are right more often than all drafts.
+  EXPECT_GT(static_cast<double>(sure.accepted) / sure.drafted, static_cast<double>(always.accepted) / always.drafted);
+  EXPECT_EQ(never.drafted, 0);
+  EXPECT_EQ(never.accepted, 0);
 }
 
 TEST(SelfSpeculative, EqualsFullOnStories260K) {
