@@ -87,7 +87,8 @@ int cmd_eval(int argc, char** argv) {
             "  work          mean exit layer of the generated tokens; blocks computed, K/V filled and\n"
             "                LM-head rows per decoded token\n"
             "  speed         decode tokens/s and the speed-up over full, measured in this run\n"
-            "Thresholds apply to per-token and batch-sync; fixed-depth without --depth runs at every exit.\n"
+            "Thresholds apply to per-token, batch-sync and self-speculative (drafting stops at a draft below\n"
+            "the threshold); fixed-depth without --depth runs at every exit.\n"
             "self-speculative must agree 100%: it drafts with an exit and keeps only what full confirms.",
             "--text FILE");
   add_model_options(args);
