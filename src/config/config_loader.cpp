@@ -107,6 +107,11 @@ StatusOr<HeliosConfig> read_root(const ConfigSource& source, const YAML::Node& r
                                                               top.mark_of("model_repository"), &config.model_repository));
   HELIOS_RETURN_IF_ERROR(config_detail::read_groups_config(source, section("groups"), top.mark_of("groups"),
                                                            config.model_repository, &config.groups));
+  if (config.models.empty() && config.groups.empty()) {  // `groups:` present but null or []
+    return config_error(source, top.mark_of("groups"), "groups",
+                        "has no group and there is no models section; a config needs at least one model, " +
+                            std::string(kMinimalConfig));
+  }
   for (size_t i = 0; i < config.groups.size(); ++i) {
     for (const ModelEntryConfig& m : config.models) {
       if (m.name == config.groups[i].name) {

@@ -92,6 +92,12 @@ TEST(GroupsConfig, ErrorsPointAtTheKey) {
                                     "groups:\n  - name: g\n"),
                        "model_repository[0].telemetry"));
   EXPECT_TRUE(contains(config_error("groups:\n  - name: g\n"), "model_repository is empty"));
+  // A groups key with no group, and no models: nothing to serve.
+  for (const char* empty : {"groups:\n", "groups: []\n", "groups:\n  # none yet\nengine: {block_size: 16}\n"}) {
+    EXPECT_TRUE(starts_with(config_error(repo + empty), "cfg.yaml:8:"))
+        << empty << ": " << config_error(repo + empty);
+    EXPECT_TRUE(contains(config_error(repo + empty), "groups: has no group and there is no models section"));
+  }
 }
 
 }  // namespace
