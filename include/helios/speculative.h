@@ -21,7 +21,7 @@ struct SpeculativeSeq {
   TokenId input = 0;
   int32_t position = 0;
   int32_t n_draft = 0;           // in: at most this many drafts; out: the drafts made
-  float draft_threshold = 0.0f;  // 0: always draft n_draft
+  float draft_threshold = 0.0f;  // 0: always draft n_draft; >= 1: never draft
   std::vector<TokenId> inputs;  // out: input, then the drafts
   int32_t first_row = 0;        // out: the verify row after inputs[0]; row first_row + i follows inputs[i]
 };
