@@ -76,6 +76,10 @@ struct ExitRule {
   float threshold = 0.9f;    // leave when confidence >= threshold; >= 1 never leaves early
   int32_t depth = 0;         // fixed-depth: the exit layer; self-speculative: the draft exit layer
   int32_t draft_tokens = 4;  // self-speculative: tokens drafted per verification
+  // self-speculative: drafts are chosen among the first draft_vocab token ids (the LM head's
+  // first rows, a cheaper draft head: byte-level BPE numbers tokens roughly by frequency); 0 =
+  // the whole vocabulary. A multiple of 64; the output stays full's either way.
+  int32_t draft_vocab = 0;
   // Use the thresholds `helios calibrate` fitted per exit (top-1 measure) where it fitted one.
   bool calibrated_thresholds = false;
   // Per exit layer, overriding `threshold` there (Model::resolve_exit_rule fills the calibrated ones).

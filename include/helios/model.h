@@ -44,6 +44,12 @@ struct ForwardBatch {
   const float* hidden_in = nullptr;
   int32_t last_layer = 0;
   bool return_hidden = false;          // ForwardResult::hidden: every token's state where it stopped
+  // The last head's logits over the first head_vocab token ids only (the LM head's first rows:
+  // byte-level BPE numbers its tokens roughly by frequency), the rest kLogitOff: a cheaper head
+  // for self-speculative drafts, whose top-1 and confidence are then over those ids (0: the
+  // whole vocabulary). A multiple of 64, at most the vocabulary.
+  static constexpr float kLogitOff = -1e30f;
+  int32_t head_vocab = 0;
   std::vector<int32_t> capture_layers; // ForwardResult::captured: logit rows' states after these layers
   // Observe mode: at every exit point below the loaded depth, run the exit head on each logit row
   // still there and record its top-1 and top-1 probability (ForwardResult::observed_*), without
@@ -125,10 +131,11 @@ class Model {
   ExitRule resolve_exit_rule(ExitRule rule) const;
 
   // An exit head on n rows of hidden states in backend memory: W h + b when `adapter` is given,
-  // then the final norm and the LM head into `logits` [n, n_vocab]. `rows` is overwritten with the
-  // head's normed input; `scratch` [n, n_embd] holds W h + b.
+  // then the final norm and the LM head into `logits` [n, n_vocab] (with `vocab` > 0, the LM
+  // head's first `vocab` rows into [n, vocab]). `rows` is overwritten with the head's normed
+  // input; `scratch` [n, n_embd] holds W h + b.
   void apply_exit_head(float* rows, int32_t n, const WeightMatrix* adapter, const float* bias, float* scratch,
-                       float* logits) const;
+                       float* logits, int32_t vocab = 0) const;
 
   // Runs the batch through every loaded layer, writing each token's K/V into `kv`, and returns
   // the logits the entries asked for. INVALID_ARGUMENT for a malformed batch (a token id outside
@@ -171,10 +178,13 @@ class Model {
   void final_heads(Pass& p);                       // rows still running: the last block's head
   // The exit head at `layer` (logit lens, or adapter) on rows `rows` of `states`, into the
   // workspace's logits (backend memory, [rows.size(), n_vocab]).
-  void head_logits(const float* states, const std::vector<int32_t>& rows, int32_t layer);
+  // `vocab` > 0: over the first `vocab` token ids only, rows packed [rows.size(), vocab].
+  void head_logits(const float* states, const std::vector<int32_t>& rows, int32_t layer, int32_t vocab = 0);
   void download_rows(const float* states, const std::vector<int32_t>& rows, float* host);
-  std::vector<ConfidenceStats> logit_stats(int32_t n_rows);  // of the first n rows of the logits
-  void keep_logits(Pass& p, int32_t logits_row, int32_t result_row);
+  // Of the first n rows of the logits (rows of `vocab` entries where given, else n_vocab).
+  std::vector<ConfidenceStats> logit_stats(int32_t n_rows, int32_t vocab = 0);
+  // A workspace logits row (of `vocab` entries, else n_vocab) into the result, kLogitOff past it.
+  void keep_logits(Pass& p, int32_t logits_row, int32_t result_row, int32_t vocab = 0);
 
   Backend& backend_;
   std::string path_;  // the GGUF file, for load_layers_range

@@ -22,6 +22,9 @@ struct SpeculativeSeq {
   int32_t position = 0;
   int32_t n_draft = 0;           // in: at most this many drafts; out: the drafts made
   float draft_threshold = 0.0f;  // 0: always draft n_draft; >= 1: never draft
+  // Drafts among the first draft_vocab token ids (ExitRule::draft_vocab; 0: all). A pass with
+  // several sequences uses the widest of theirs.
+  int32_t draft_vocab = 0;
   std::vector<TokenId> inputs;  // out: input, then the drafts
   int32_t first_row = 0;        // out: the verify row after inputs[0]; row first_row + i follows inputs[i]
 };

@@ -30,7 +30,9 @@ void add_exit_rule_options(Args& args) {
                                 "head's top1 to keep drafting (0 = always draft)", "0.9")
       .option("depth", "D", "fixed-depth: the exit layer (0 = loaded depth); self-speculative: the draft exit (0 = first exit)", "0")
       .option("measure", "M", "confidence: top1 | margin | entropy | probe | saturation | agreement (the heads file's curve: the share of leaving tokens that agree)", "top1")
-      .option("draft-tokens", "N", "self-speculative: at most this many drafts per verification", "4");
+      .option("draft-tokens", "N", "self-speculative: at most this many drafts per verification", "4")
+      .option("draft-vocab", "N", "self-speculative: draft among the first N token ids only (a cheaper draft head; "
+                                  "a multiple of 64); 0 = the whole vocabulary", "0");
 }
 
 std::vector<std::string> split_list(const std::string& text) {
@@ -145,6 +147,7 @@ StatusOr<ExitRule> exit_rule_from_args(const Args& args, const Model& model, con
   HELIOS_ASSIGN_OR_RETURN(rule.measure, parse_confidence_measure(args.str("measure")));
   HELIOS_ASSIGN_OR_RETURN(int64_t depth, args.integer("depth"));
   HELIOS_ASSIGN_OR_RETURN(int64_t draft, args.integer("draft-tokens"));
+  HELIOS_ASSIGN_OR_RETURN(int64_t draft_vocab, args.integer("draft-vocab"));
   if (threshold_text == "calibrated") {
     rule.calibrated_thresholds = true;
   } else {
@@ -156,6 +159,7 @@ StatusOr<ExitRule> exit_rule_from_args(const Args& args, const Model& model, con
   }
   rule.depth = static_cast<int32_t>(depth);
   rule.draft_tokens = static_cast<int32_t>(draft);
+  rule.draft_vocab = static_cast<int32_t>(draft_vocab);
   HELIOS_RETURN_IF_ERROR(model.check_exit_rule(rule));
   return model.resolve_exit_rule(rule);
 }

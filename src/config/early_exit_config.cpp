@@ -139,7 +139,7 @@ Status read_early_exit_config(const MapReader& model, EarlyExitConfig* out) {
       MapReader ee,
       MapReader::open(model.source(), model.value("early_exit"), model.mark_of("early_exit"),
                       model.key_path("early_exit"),
-                      {"policy", "measure", "threshold", "calibrated_thresholds", "depth", "draft_tokens", "exits",
+                      {"policy", "measure", "threshold", "calibrated_thresholds", "depth", "draft_tokens", "draft_vocab", "exits",
                        "exit_every", "exit_min_layer", "heads", "load_layers",
                        "allow_request_override", "allowed_policies", "min_threshold"}));
   ExitRule& rule = out->default_rule;
@@ -159,6 +159,11 @@ Status read_early_exit_config(const MapReader& model, EarlyExitConfig* out) {
   if (rule.draft_tokens < 1 || rule.draft_tokens > kMaxDraftTokens) {
     return ee.error("draft_tokens", "must be between 1 and " + std::to_string(kMaxDraftTokens) +
                                         ", got " + std::to_string(rule.draft_tokens));
+  }
+  HELIOS_RETURN_IF_ERROR(ee.read_int("draft_vocab", &rule.draft_vocab));
+  if (rule.draft_vocab < 0 || rule.draft_vocab % 64 != 0) {
+    return ee.error("draft_vocab", "must be 0 (the whole vocabulary) or a multiple of 64 (e.g. 32768), got " +
+                                       std::to_string(rule.draft_vocab));
   }
 
   HELIOS_RETURN_IF_ERROR(read_exit_points(ee, &out->exits));

@@ -66,6 +66,7 @@ bool Engine::Impl::run_speculative(const SchedulerOutput& out, int32_t draft_lay
     seq.position = s.start_pos;
     seq.n_draft = s.n_lookahead;
     seq.draft_threshold = live[s.id]->request.exit.threshold_at(draft_layer);
+    seq.draft_vocab = live[s.id]->request.exit.draft_vocab;
     round.push_back(std::move(seq));
   }
   ForwardResult fr;

@@ -96,7 +96,7 @@ Status Model::reserve_workspace(int32_t n_tokens) {
   return ws_->reserve(backend_, config_, n_tokens);
 }
 
-void Model::head_logits(const float* states, const std::vector<int32_t>& rows, int32_t layer) {
+void Model::head_logits(const float* states, const std::vector<int32_t>& rows, int32_t layer, int32_t vocab) {
   const ModelConfig& c = config_;
   Workspace& ws = *ws_;
   const auto n = static_cast<int32_t>(rows.size());
@@ -104,11 +104,11 @@ void Model::head_logits(const float* states, const std::vector<int32_t>& rows, i
   const ExitHead* head = layer < static_cast<int32_t>(exit_heads_.size()) ? exit_heads_[layer].get() : nullptr;
   const bool adapted = head && layer < c.n_layer && head->adapter.view.data;
   apply_exit_head(ws.head_in.data(), n, adapted ? &head->adapter.view : nullptr, adapted ? head->bias.data() : nullptr,
-                  ws.head_tmp.data(), ws.logits.data());
+                  ws.head_tmp.data(), ws.logits.data(), vocab);
 }
 
 void Model::apply_exit_head(float* rows, int32_t n, const WeightMatrix* adapter, const float* bias, float* scratch,
-                            float* logits) const {
+                            float* logits, int32_t vocab) const {
   const ModelConfig& c = config_;
   Backend& be = backend_;
   const float* in = rows;
@@ -118,7 +118,9 @@ void Model::apply_exit_head(float* rows, int32_t n, const WeightMatrix* adapter,
     in = scratch;
   }
   be.rmsnorm(in, weights_.output_norm.data(), n, c.n_embd, c.rms_eps, rows);
-  be.matmul(rows, weights_.output.view, n, logits);
+  WeightMatrix head = weights_.output.view;
+  if (vocab > 0) head.n_out = vocab;  // the first rows: every layout keeps rows in order, 64 at a time
+  be.matmul(rows, head, n, logits);
 }
 
 // ---- Helpers over the workspace -------------------------------------------------------------
@@ -130,20 +132,21 @@ void Model::download_rows(const float* states, const std::vector<int32_t>& rows,
   backend_.download(host, ws.head_tmp.data(), rows.size() * config_.n_embd);
 }
 
-std::vector<ConfidenceStats> Model::logit_stats(int32_t n_rows) {
+std::vector<ConfidenceStats> Model::logit_stats(int32_t n_rows, int32_t vocab) {
   std::vector<int32_t> top1(n_rows);
   std::vector<float> p1(n_rows), margin(n_rows), entropy(n_rows);
-  backend_.exit_stats(ws_->logits.data(), n_rows, config_.n_vocab, top1.data(), p1.data(), margin.data(),
+  backend_.exit_stats(ws_->logits.data(), n_rows, vocab > 0 ? vocab : config_.n_vocab, top1.data(), p1.data(), margin.data(),
                       entropy.data());
   std::vector<ConfidenceStats> out(n_rows);
   for (int32_t i = 0; i < n_rows; ++i) out[i] = {top1[i], p1[i], margin[i], entropy[i]};
   return out;
 }
 
-void Model::keep_logits(Pass& p, int32_t logits_row, int32_t result_row) {
-  const int32_t n_vocab = config_.n_vocab;
-  backend_.download(p.result.logits.data() + static_cast<size_t>(result_row) * n_vocab,
-                    ws_->logits.data() + static_cast<size_t>(logits_row) * n_vocab, n_vocab);
+void Model::keep_logits(Pass& p, int32_t logits_row, int32_t result_row, int32_t vocab) {
+  const int32_t n_vocab = config_.n_vocab, width = vocab > 0 ? vocab : n_vocab;
+  float* out = p.result.logits.data() + static_cast<size_t>(result_row) * n_vocab;
+  backend_.download(out, ws_->logits.data() + static_cast<size_t>(logits_row) * width, width);
+  std::fill(out + width, out + n_vocab, ForwardBatch::kLogitOff);
 }
 
 // ---- The pass -------------------------------------------------------------------------------
@@ -484,17 +487,18 @@ void Model::final_heads(Pass& p) {
     if (ws.token_row[p.active[a]] >= 0) rows.push_back(static_cast<int32_t>(a));
   }
   if (!rows.empty()) {
-    head_logits(ws.x.data(), rows, p.end_layer);
-    const std::vector<ConfidenceStats> stats = logit_stats(static_cast<int32_t>(rows.size()));
+    const int32_t vocab = p.batch.head_vocab;
+    head_logits(ws.x.data(), rows, p.end_layer, vocab);
+    const std::vector<ConfidenceStats> stats = logit_stats(static_cast<int32_t>(rows.size()), vocab);
     p.result.head_rows += static_cast<int64_t>(rows.size());
     for (size_t j = 0; j < rows.size(); ++j) {
       const int32_t t = p.active[rows[j]];
       const int32_t row = ws.token_row[t];
-      keep_logits(p, static_cast<int32_t>(j), row);
+      keep_logits(p, static_cast<int32_t>(j), row, vocab);
       p.result.row_exit_layer[row] = p.end_layer;
       const ConfidenceMeasure m = p.rule(ws, t).measure;
-      p.result.row_confidence[row] =
-          confidence_value(stats[j], is_cheap_measure(m) ? ConfidenceMeasure::kTop1Prob : m, c.n_vocab);
+      p.result.row_confidence[row] = confidence_value(
+          stats[j], is_cheap_measure(m) ? ConfidenceMeasure::kTop1Prob : m, vocab > 0 ? vocab : c.n_vocab);
     }
   }
   if (p.batch.return_hidden && !p.active.empty()) {

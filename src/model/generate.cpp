@@ -124,6 +124,7 @@ StatusOr<GenerateResult> generate(Model& model, const std::vector<TokenId>& prom
       round[0].position = position;
       round[0].n_draft = n_draft;
       round[0].draft_threshold = rule.threshold_at(rule.depth);
+      round[0].draft_vocab = rule.draft_vocab;
       HELIOS_RETURN_IF_ERROR(speculative_round(model, kv, rule.depth, round, &fr, &work));
       out.decode_layer_rows += work.layer_rows;
       out.decode_head_rows += work.head_rows;

@@ -206,6 +206,10 @@ Status check_rule(ExitRule rule, const ExitPointsView& exits) {
         return invalid_argument("self-speculative draft_tokens must be 1.." + std::to_string(kMaxDraftTokens) +
                                 ", got " + std::to_string(rule.draft_tokens));
       }
+      if (rule.draft_vocab < 0 || rule.draft_vocab % 64 != 0) {
+        return invalid_argument("self-speculative draft_vocab must be 0 (the whole vocabulary) or a multiple of 64, "
+                                "got " + std::to_string(rule.draft_vocab));
+      }
       return ok_status();
     case ExitPolicy::kPerToken:
     case ExitPolicy::kBatchSync:
@@ -266,6 +270,10 @@ Status Model::check_partial_pass(const ForwardBatch& batch) const {
   }
   for (int32_t l : batch.capture_layers) {
     if (l < 1 || l > loaded) return invalid_argument("capture layer " + std::to_string(l) + " outside 1.." + std::to_string(loaded));
+  }
+  if (batch.head_vocab != 0 && (batch.head_vocab < 0 || batch.head_vocab % 64 != 0 || batch.head_vocab > config_.n_vocab)) {
+    return invalid_argument("head_vocab " + std::to_string(batch.head_vocab) + " must be a multiple of 64 up to " +
+                            std::to_string(config_.n_vocab) + " (or 0)");
   }
   const bool partial = batch.first_layer > 0 || batch.last_layer > 0;
   for (const auto& e : batch.seqs) {

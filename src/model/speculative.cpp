@@ -34,6 +34,12 @@ Status speculative_round(Model& model, KvCacheStorage& kv, int32_t draft_layer, 
       in_pass.push_back(j);
     }
     if (draft.seqs.empty()) break;
+    for (size_t j : in_pass) {  // the widest draft vocabulary of the pass; 0 (all) is widest
+      const int32_t v = seqs[j].draft_vocab, n_vocab = model.config().n_vocab;
+      const int32_t width = v > 0 && v < n_vocab ? v : n_vocab;
+      draft.head_vocab = std::max(draft.head_vocab, width);
+    }
+    if (draft.head_vocab == model.config().n_vocab) draft.head_vocab = 0;
     HELIOS_ASSIGN_OR_RETURN(ForwardResult fr, model.forward(draft, kv));
     work->layer_rows += fr.layer_rows;
     work->head_rows += fr.head_rows;

@@ -70,11 +70,11 @@ TEST(EarlyExitConfigErrors, UnknownKey) {
   EXPECT_TRUE(starts_with(config_error(with_early_exit("      polcy: full\n")),
                           "cfg.yaml:5:7: models[0].early_exit.polcy: unknown key; did you mean "
                           "'policy'? Valid 'models[0].early_exit' keys: policy, measure, threshold, calibrated_thresholds, "
-                          "depth, draft_tokens, exits, exit_every, exit_min_layer, heads, load_layers, "
+                          "depth, draft_tokens, draft_vocab, exits, exit_every, exit_min_layer, heads, load_layers, "
                           "allow_request_override, allowed_policies, min_threshold"));
   EXPECT_EQ(config_error("models:\n  - name: m\n    path: /m.gguf\n    early_exit: per-token\n"),
             "cfg.yaml:4:17: models[0].early_exit: expected a map of keys (policy, measure, threshold, calibrated_thresholds, "
-            "depth, draft_tokens, exits, exit_every, exit_min_layer, heads, load_layers, "
+            "depth, draft_tokens, draft_vocab, exits, exit_every, exit_min_layer, heads, load_layers, "
             "allow_request_override, allowed_policies, min_threshold), got 'per-token'");
 }
 

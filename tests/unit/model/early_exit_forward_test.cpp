@@ -372,6 +372,56 @@ TEST(SelfSpeculative, DraftsWhileTheDraftHeadIsSure) {
   EXPECT_EQ(never.accepted, 0);
 }
 
+// A draft head over the first token ids: the same logits there as the whole head (the LM head's
+// first rows, whatever its layout), kLogitOff past them, top-1 and confidence over those ids.
+TEST(SelfSpeculative, DraftVocabularyIsTheHeadsFirstRows) {
+  const std::string path = testing::default_model_path();
+  ASSERT_TRUE(std::filesystem::exists(path)) << "no model at " << path << ": run scripts/fetch_model.sh";
+  Fixture f(path, {16});
+  Model* model = f.model.get();
+  const int32_t n_vocab = model->config().n_vocab, vocab = 4096;
+  const auto prompt = model->tokenizer().encode("The capital of France is", true, false);
+  auto run = [&](int seq, int32_t head_vocab) {
+    ForwardBatch b;
+    b.last_layer = 16;
+    b.head_vocab = head_vocab;
+    b.seqs.push_back(f.entry(seq, prompt, 0, {}, LogitsWanted::kAll));
+    return f.run(b);
+  };
+  const ForwardResult whole = run(0, 0), first = run(1, vocab);
+  ASSERT_EQ(first.row_seq.size(), prompt.size());
+  for (size_t r = 0; r < prompt.size(); ++r) {
+    for (int32_t i = 0; i < n_vocab; ++i) {
+      if (i < vocab) {
+        ASSERT_EQ(first.row(r)[i], whole.row(r)[i]) << "row " << r << " token " << i;
+      } else {
+        ASSERT_EQ(first.row(r)[i], ForwardBatch::kLogitOff) << "row " << r << " token " << i;
+      }
+    }
+    EXPECT_LT(argmax(first.row(r), n_vocab), vocab);
+    EXPECT_GE(first.row_confidence[r], whole.row_confidence[r]) << "the same top logit over fewer tokens";
+  }
+  ForwardBatch bad;
+  bad.head_vocab = 100;  // not a multiple of 64
+  bad.seqs.push_back(f.entry(2, prompt, 0));
+  EXPECT_FALSE(model->forward(bad, *f.kv).ok());
+  // Self-speculative drafting among them gives full's tokens.
+  GenerateOptions opt;
+  opt.max_tokens = 32;
+  opt.ignore_eos = true;
+  auto full = generate(*model, prompt, opt);
+  opt.exit.policy = ExitPolicy::kSelfSpeculative;
+  opt.exit.depth = 16;
+  opt.exit.threshold = 0.0f;
+  opt.exit.draft_vocab = vocab;
+  auto spec = generate(*model, prompt, opt);
+  ASSERT_TRUE(full.ok() && spec.ok());
+  EXPECT_EQ(spec->tokens, full->tokens);
+  EXPECT_GT(spec->accepted, 0);
+  opt.exit.draft_vocab = 100;
+  EXPECT_FALSE(generate(*model, prompt, opt).ok()) << "draft_vocab must be a multiple of 64";
+}
+
 TEST(SelfSpeculative, EqualsFullOnStories260K) {
   expect_speculative_equals_full(testing::stories260k_path(),
                                  {"Once upon a time", "The little dog", "Lily and Tom went to the park."}, 2, {1, 3, 6});
