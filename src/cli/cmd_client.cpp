@@ -61,10 +61,12 @@ int rpc_error(const std::string& command, const Args& args, const grpc::Status& 
 Status fill_exit_options(const Args& args, v1::ExitOptions* exit) {
   HELIOS_ASSIGN_OR_RETURN(int64_t depth, args.integer("depth"));
   HELIOS_ASSIGN_OR_RETURN(int64_t draft_tokens, args.integer("draft-tokens"));
+  HELIOS_ASSIGN_OR_RETURN(int64_t draft_vocab, args.integer("draft-vocab"));
   exit->set_policy(args.str("policy"));
   exit->set_measure(args.str("measure"));
   exit->set_depth(static_cast<int32_t>(depth));
   exit->set_draft_tokens(static_cast<int32_t>(draft_tokens));
+  exit->set_draft_vocab(static_cast<int32_t>(draft_vocab));
   if (args.str("threshold") == "calibrated") {
     exit->set_calibrated_thresholds(true);
   } else if (args.has("threshold")) {
@@ -108,6 +110,7 @@ void add_generation_options(Args& args) {
       .option("depth", "D", "early exit: fixed-depth exit layer, or self-speculative draft layer; 0 = the model's", "0")
       .option("measure", "NAME", "early exit: confidence measure top1 | margin | entropy | probe | saturation | agreement")
       .option("draft-tokens", "N", "early exit: self-speculative drafts per verification at most (1..16); 0 = the model's", "0")
+      .option("draft-vocab", "N", "early exit: self-speculative drafts among the first N token ids (a multiple of 64); 0 = the model's", "0")
       .option("show-exits", "", "print each token's exit layer and confidence to stderr, then their mean");
 }
 

@@ -47,6 +47,7 @@ Status check_unchanged(const ExitRule& merged, const ExitRule& def) {
   }
   else if (merged.depth != def.depth) key = "depth";
   else if (merged.draft_tokens != def.draft_tokens) key = "draft_tokens";
+  else if (merged.draft_vocab != def.draft_vocab) key = "draft_vocab";
   if (key.empty()) return ok_status();
   return field_error("exit.", key, "this server does not let requests change this model's exit rule "
                                    "(its early_exit.allow_request_override is false); leave exit unset "
@@ -84,6 +85,13 @@ StatusOr<ExitRule> exit_rule_for_request(const v1::ExitOptions& o, const EarlyEx
     }
     rule.draft_tokens = o.draft_tokens();
   }
+  if (o.draft_vocab() != 0) {
+    if (o.draft_vocab() < 0 || o.draft_vocab() % 64 != 0) {
+      return field_error("exit.", "draft_vocab", "must be a multiple of 64 (0 = the model's default), got " +
+                                                     std::to_string(o.draft_vocab()));
+    }
+    rule.draft_vocab = o.draft_vocab();
+  }
 
   // The server's limits.
   if (!config.allow_request_override) {
@@ -110,6 +118,7 @@ void to_exit_options(const ExitRule& rule, v1::ExitOptions* out) {
   out->set_calibrated_thresholds(rule.calibrated_thresholds);
   out->set_depth(rule.depth);
   out->set_draft_tokens(rule.draft_tokens);
+  out->set_draft_vocab(rule.draft_vocab);
 }
 
 }  // namespace helios::server

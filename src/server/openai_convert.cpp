@@ -318,13 +318,15 @@ Err read_helios(const Json& body, Request* r, v1::ExitOptions* exit) {
   const Json* x = field(*h, "exit");
   if (!x) return std::nullopt;
   if (!x->is_object()) return wrong_type("helios.exit", "an object", *x);
-  static const std::set<std::string> kKeys = {"policy",       "threshold",            "depth", "measure",
-                                              "draft_tokens", "calibrated_thresholds"};
+  static const std::set<std::string> kKeys = {"policy",       "threshold",   "depth",
+                                              "measure",      "draft_tokens", "draft_vocab",
+                                              "calibrated_thresholds"};
   for (const auto& [key, value] : x->items()) {
     if (!kKeys.count(key)) {
       return invalid_request("helios.exit." + key, "helios.exit." + key +
                                                        " is not an exit option; valid: policy, threshold, depth, "
-                                                       "measure, draft_tokens, calibrated_thresholds");
+                                                       "measure, draft_tokens, draft_vocab, "
+                                                       "calibrated_thresholds");
     }
   }
   std::string s;
@@ -346,6 +348,9 @@ Err read_helios(const Json& body, Request* r, v1::ExitOptions* exit) {
   v = 0;
   if (auto e = read_int(*x, "draft_tokens", "helios.exit.draft_tokens", &v)) return e;
   exit->set_draft_tokens(clamp32(v));
+  v = 0;
+  if (auto e = read_int(*x, "draft_vocab", "helios.exit.draft_vocab", &v)) return e;
+  exit->set_draft_vocab(clamp32(v));
   bool calibrated = false;
   if (auto e = read_bool(*x, "calibrated_thresholds", "helios.exit.calibrated_thresholds", &calibrated)) return e;
   exit->set_calibrated_thresholds(calibrated);

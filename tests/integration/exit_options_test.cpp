@@ -85,6 +85,11 @@ TEST_F(ExitOptionsTest, OverridesApply) {
   o = options("self-speculative");
   o.set_draft_tokens(8);
   EXPECT_EQ(merge(o).draft_tokens, 8);
+  o.set_draft_vocab(4096);
+  EXPECT_EQ(merge(o).draft_vocab, 4096);
+  config_.default_rule.draft_vocab = 16384;  // 0 asks for the model's default
+  o.set_draft_vocab(0);
+  EXPECT_EQ(merge(o).draft_vocab, 16384);
 }
 
 TEST_F(ExitOptionsTest, DepthZeroResolvesPerPolicy) {
@@ -115,6 +120,9 @@ TEST_F(ExitOptionsTest, BadValuesNameTheField) {
   o = options("self-speculative");
   o.set_draft_tokens(17);
   EXPECT_EQ(error_of(o), "exit.draft_tokens: must be in 1..16 (0 = the model's default), got 17");
+  o = options("self-speculative");
+  o.set_draft_vocab(100);
+  EXPECT_EQ(error_of(o), "exit.draft_vocab: must be a multiple of 64 (0 = the model's default), got 100");
   // What only the model can check: probes need calibrated heads.
   o = options("per-token");
   o.set_measure("probe");

@@ -155,7 +155,7 @@ TEST(OpenAiConvert, ChatMessagesToolsAndLogprobs) {
     "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}],
     "logprobs": true, "top_logprobs": 3, "n": 2, "helios": {"return_tokens": true,
     "exit": {"policy": "per-token", "threshold": 0, "depth": 3, "measure": "margin", "draft_tokens": 2,
-             "calibrated_thresholds": true}}})",
+             "draft_vocab": 4096, "calibrated_thresholds": true}}})",
                              Endpoint::kChat);
   ASSERT_EQ(r.prompts.size(), 1u);
   const v1::GenerateRequest& g = r.prompts[0];
@@ -178,6 +178,7 @@ TEST(OpenAiConvert, ChatMessagesToolsAndLogprobs) {
   EXPECT_EQ(g.exit().depth(), 3);
   EXPECT_EQ(g.exit().measure(), "margin");
   EXPECT_EQ(g.exit().draft_tokens(), 2);
+  EXPECT_EQ(g.exit().draft_vocab(), 4096);
   EXPECT_TRUE(g.exit().calibrated_thresholds());
 
   // top_logprobs 0 without logprobs (some clients send it): nothing asked.
