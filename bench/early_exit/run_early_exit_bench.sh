@@ -12,7 +12,8 @@
 #      layers and LM-head rows per token, batch-1 decode speed-up;
 #   5. pareto_report.py: bench/results/early_exit_<model>_<time>.{md,json} and a Pareto plot.
 # Usage: bench/early_exit/run_early_exit_bench.sh [--model smollm2|qwen-0.5b|qwen-1.5b] [--kinds "lens ridge distilled"] [--quick]
-#   env: HELIOS_BIN (a folder with helios and heliosd: run those, build nothing), NUM_PROMPTS, CONCURRENCY (4), OUTPUT_LEN (48), CAL_TOKENS, DISTILL_EPOCHS (3), EVAL_TOKENS (2048)
+#   env: HELIOS_BIN (a folder with helios and heliosd: run those, build nothing), NUM_PROMPTS, CONCURRENCY (4), OUTPUT_LEN (48), CAL_TOKENS, DISTILL_EPOCHS (3), EVAL_TOKENS (2048),
+#        DRAFT_VOCAB (16384: self-speculative drafts among the first N token ids; 0 = all)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -25,7 +26,7 @@ while [ $# -gt 0 ]; do
     --model) MODEL_KEY=$2; shift 2 ;;
     --kinds) KINDS=$2; shift 2 ;;
     --quick) QUICK=1; shift ;;
-    -h|--help) sed -n 2,16p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,17p "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -47,6 +48,7 @@ NUM_PROMPTS=${NUM_PROMPTS:-$PROMPTS_DEFAULT}
 CONCURRENCY=${CONCURRENCY:-4}
 OUTPUT_LEN=${OUTPUT_LEN:-48}
 EVAL_TOKENS=${EVAL_TOKENS:-2048}
+DRAFT_VOCAB=${DRAFT_VOCAB:-16384}
 GEN_PROMPTS=8
 THRESHOLDS="0.8 0.9"
 if [ "$QUICK" = 1 ]; then NUM_PROMPTS=4; CAL_TOKENS=1024; EVAL_TOKENS=256; GEN_PROMPTS=2; THRESHOLDS="0.8"; fi
@@ -119,6 +121,7 @@ models:
       measure: $measure
       threshold: $threshold
       depth: $depth
+      draft_vocab: $DRAFT_VOCAB
       exits: [$EXITS]
       $heads_line
 engine:
@@ -143,7 +146,8 @@ for kind in $KINDS; do
   "$BIN/helios" eval "${common[@]}" --policy full,per-token --measure agreement \
     --threshold "$(echo $THRESHOLDS | tr ' ' ',')" --json "$WORK/eval_${kind}_agreement.json" >&2
   "$BIN/helios" eval "${common[@]}" --policy fixed-depth --depth "$FIXED" --json "$WORK/eval_${kind}_fixed.json" >&2
-  "$BIN/helios" eval "${common[@]}" --policy self-speculative --depth "$DRAFT" --json "$WORK/eval_${kind}_spec.json" >&2
+  "$BIN/helios" eval "${common[@]}" --policy self-speculative --depth "$DRAFT" \
+    --draft-vocab "$DRAFT_VOCAB" --json "$WORK/eval_${kind}_spec.json" >&2
   evals+=("$kind=$WORK/eval_${kind}_agreement.json" "$kind=$WORK/eval_${kind}_fixed.json" "$kind=$WORK/eval_${kind}_spec.json")
 done
 for kind in $KINDS; do [ -f "$WORK/calibrate_$kind.txt" ] && cp "$WORK/calibrate_$kind.txt" "$OUT/early_exit_${MODEL_KEY}_${STAMP}_calibrate_$kind.txt"; done
