@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
     --model) MODEL_KEY=$2; shift 2 ;;
     --kinds) KINDS=$2; shift 2 ;;
     --quick) QUICK=1; shift ;;
-    -h|--help) sed -n 2,17p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,16p "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
