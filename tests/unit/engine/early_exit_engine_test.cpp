@@ -123,6 +123,23 @@ TEST(EarlyExitEngine, DraftsOnlyWhileTheDraftHeadIsSure) {
   EXPECT_EQ(never.layers_computed_total, never.generated_tokens_total * full_s.model->n_layers_loaded());
 }
 
+TEST(EarlyExitEngine, DraftsAmongTheFirstTokenIdsKeepTheOutput) {
+  Served full_s, narrow_s, mixed_s;
+  const auto full = serve_all(full_s, ExitRule{});
+  ExitRule narrow = speculative(3, 4);
+  narrow.draft_vocab = 448;  // of stories260K's 512, whose first 259 are special and byte tokens
+  EXPECT_EQ(serve_all(narrow_s, narrow), full);
+  EXPECT_GT(narrow_s.engine->status().draft_tokens_accepted, 0);
+  // Requests with different draft vocabularies share a round's passes.
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 4; ++i) {
+    ExitRule r = speculative(3, 4);
+    r.draft_vocab = i % 2 ? 384 : 0;
+    streams.push_back(*mixed_s.engine->submit(request(*mixed_s.model, std::to_string(i), kPrompts[i], r, 0.0f)));
+  }
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(drain(*streams[i]).ids, full[i]) << kPrompts[i];
+}
+
 TEST(EarlyExitEngine, RefusesARuleTheModelCannotRun) {
   Served s;
   ExitRule probe;
