@@ -48,8 +48,8 @@ struct ForwardBatch {
   // byte-level BPE numbers its tokens roughly by frequency), the rest kLogitOff: a cheaper head
   // for self-speculative drafts, whose top-1 and confidence are then over those ids (0: the
   // whole vocabulary). A multiple of 64, at most the vocabulary.
-  static constexpr float kLogitOff = -1e30f;
   int32_t head_vocab = 0;
+  static constexpr float kLogitOff = -1e30f;  // far below any logit, and finite: exp gives 0
   std::vector<int32_t> capture_layers; // ForwardResult::captured: logit rows' states after these layers
   // Observe mode: at every exit point below the loaded depth, run the exit head on each logit row
   // still there and record its top-1 and top-1 probability (ForwardResult::observed_*), without
