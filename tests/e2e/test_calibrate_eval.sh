@@ -95,15 +95,20 @@ check "eval succeeds" test $? -eq 0
 check "eval uses the calibrated heads" contains "$WORK/eval.err" "stories.exits.gguf"
 check "eval prints the table header" contains "$WORK/eval.out" "| policy | measure | threshold | depth | perplexity |"
 check "full is the first row" test "$(sed -n 3p "$WORK/eval.out" | cut -d'|' -f2 | tr -d ' ')" = "full"
-check "eval has one row per rule" test "$(grep -c 'x |$' "$WORK/eval.out")" -eq 5
-check "self-speculative agrees with full" contains <(row "$WORK/eval.out" "self-speculative") "| 100.0% | 100% |"
+# full, per-token and self-speculative at each threshold, fixed-depth once
+check "eval has one row per rule" test "$(grep -c 'x |$' "$WORK/eval.out")" -eq 6
+check "self-speculative agrees with full" contains <(row "$WORK/eval.out" "self-speculative | top1 | 0.00") "| 100.0% | 100% |"
+check "self-speculative that never drafts agrees with full" \
+  contains <(row "$WORK/eval.out" "self-speculative | top1 | 1.00") "| 100.0% | 100% |"
 check "threshold 1 agrees with full" contains <(row "$WORK/eval.out" "per-token | top1 | 1.00") "| 100.0% | 100% |"
 check "threshold 1 keeps full depth" contains <(row "$WORK/eval.out" "per-token | top1 | 1.00") "| 5.00 / 5 |"
 check "threshold 0 leaves at the first exit" contains <(row "$WORK/eval.out" "per-token | top1 | 0.00") "| 1.00 / 5 |"
 check "fixed-depth runs at --depth" contains <(row "$WORK/eval.out" "fixed-depth") "| 2.00 / 5 |"
 check "eval reports progress on stderr" contains "$WORK/eval.err" "eval: self-speculative"
 check "eval writes valid JSON with every row" \
-  python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert len(j['rows'])==5 and j['rows'][0]['policy']=='full'" "$WORK/eval.json"
+  python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert len(j['rows'])==6 and j['rows'][0]['policy']=='full'" "$WORK/eval.json"
+check "self-speculative drafts at threshold 0 and never at 1" \
+  python3 -c "import json,sys; s=[r for r in json.load(open(sys.argv[1]))['rows'] if r['policy']=='self-speculative']; assert [r['threshold'] for r in s]==[0,1] and s[0]['drafted']>0 and s[1]['drafted']==0, s" "$WORK/eval.json"
 
 # --- the probe measure needs calibrated heads
 "$HELIOS" eval --model "$MODEL" --text "$EVAL_TEXT" --policy per-token --measure probe --threshold 0.5 \
