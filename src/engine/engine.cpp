@@ -337,10 +337,11 @@ void Engine::Impl::publish_prefix_blocks(const SchedulerOutput& out) {
     auto it = live.find(s.id);
     if (it == live.end() || s.n_lookahead > 0) continue;  // ended, or drafted (not a plain pass)
     const LiveRequest& r = *it->second;
-    if (exit_policy_traits(r.request.exit.policy).drafts) continue;
+    // A drafting request's generated rows ran speculative rounds: only its prompt is published.
+    const bool drafts = exit_policy_traits(r.request.exit.policy).drafts;
     kv_manager.publish_blocks(s.id, *scheduler.tokens(s.id), s.start_pos + s.n_tokens, [&](int32_t p) {
       const int32_t exit = p < static_cast<int32_t>(r.exit_layer_at.size()) ? r.exit_layer_at[p] : 0;
-      return exit == 0 || exit >= depth;  // 0: a prompt row, which ran the whole stack
+      return exit == 0 || (!drafts && exit >= depth);  // 0: a prompt row, which ran the whole stack
     });
   }
 }

@@ -90,6 +90,33 @@ TEST(PrefixCacheEngine, TheSamePromptAgainComputesOnlyItsLastBlock) {
   EXPECT_EQ(stats.hit_tokens, 32);
 }
 
+// A self-speculative request's prompt ran plain passes: its blocks are published (its generated
+// ones, from speculative rounds, are not), and a request of any policy finds them.
+TEST(PrefixCacheEngine, ASelfSpeculativePromptIsCachedItsDraftsAreNot) {
+  Served s(engine_options(64));
+  ASSERT_TRUE(s.engine);
+  ExitRule spec;
+  spec.policy = ExitPolicy::kSelfSpeculative;
+  spec.depth = 2;
+  spec.threshold = 0.0f;
+  GenerationRequest r = make_generation(*s.model, "spec", "", spec, 0.0f, 40);
+  for (int i = 0; i < 40; ++i) r.prompt.push_back(300 + i);
+  auto first = s.engine->submit(r);
+  ASSERT_TRUE(first.ok());
+  const auto a = drain(**first);
+  EXPECT_GT(s.engine->status().draft_tokens_total, 0);
+  // The prompt and its output again, under full: only the two whole prompt blocks are found.
+  GenerationRequest again = make_generation(*s.model, "full", "", ExitRule{}, 0.0f, 4);
+  again.prompt = r.prompt;
+  again.prompt.insert(again.prompt.end(), a.ids.begin(), a.ids.end());
+  auto second = s.engine->submit(again);
+  ASSERT_TRUE(second.ok());
+  drain(**second);
+  const PrefixCacheStats stats = s.engine->status().prefix_cache;
+  EXPECT_EQ(stats.hit_blocks, 2);  // blocks 0-31 of the prompt; 32-47 holds drafted rows
+  EXPECT_EQ(stats.hit_tokens, 32);
+}
+
 TEST(PrefixCacheEngine, PreemptionWithTheCacheChangesNothing) {
   for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
     EngineOptions tight = engine_options(10, 512, mode, 64), roomy = engine_options(64);
