@@ -69,6 +69,9 @@ StatusOr<ConfidenceMeasure> parse_confidence_measure(const std::string& name);
 // Probe and saturation: decided from h_k without an LM-head pass.
 bool is_cheap_measure(ConfidenceMeasure measure);
 
+// Confident enough at `threshold`? (0: always; 1 or more: never, even at probability 1)
+inline bool meets_threshold(float confidence, float threshold) { return threshold < 1.0f && confidence >= threshold; }
+
 // How one sequence's tokens leave the stack.
 struct ExitRule {
   ExitPolicy policy = ExitPolicy::kFull;
@@ -92,10 +95,7 @@ struct ExitRule {
     return threshold;
   }
   // Confident enough to leave at `layer`? (threshold 0: always; threshold >= 1: never)
-  bool confident(int32_t layer, float confidence) const {
-    const float t = threshold_at(layer);
-    return t < 1.0f && confidence >= t;
-  }
+  bool confident(int32_t layer, float confidence) const { return meets_threshold(confidence, threshold_at(layer)); }
 };
 
 // --- The exit decision at one exit point (pure: the forward pass computes the confidences)

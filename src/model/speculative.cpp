@@ -49,9 +49,7 @@ Status speculative_round(Model& model, KvCacheStorage& kv, int32_t draft_layer, 
     }
     for (size_t r = 0; r < fr.row_seq.size(); ++r) {
       SpeculativeSeq& s = seqs[in_pass[fr.row_seq[r]]];
-      // As ExitRule::confident: a threshold of 1 or more never drafts, even at probability 1.
-      const bool sure = s.draft_threshold < 1.0f && fr.row_confidence[r] >= s.draft_threshold;
-      if (!sure) {
+      if (!meets_threshold(fr.row_confidence[r], s.draft_threshold)) {
         s.n_draft = i;
       } else {
         s.inputs.push_back(argmax(fr.row(r), fr.n_vocab));
