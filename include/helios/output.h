@@ -4,11 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "helios/early_exit.h"
+#include "helios/json_grammar.h"
 #include "helios/sampler.h"
 #include "helios/tokenizer.h"
 
@@ -21,6 +24,9 @@ struct OutputOptions {
   std::vector<TokenId> stop_token_ids; // tokens that end the generation (included, with their text)
   bool ignore_eos = false;             // keep going past end-of-generation tokens
   int32_t top_logprobs = -1;           // -1: none; 0: the sampled token's logprob; k: and the top k
+  // Structured output: each token is drawn among those that keep the text valid JSON of this
+  // grammar, and the generation ends (kStop) when the top-level value closes. null = free text.
+  std::shared_ptr<const JsonGrammar> json_grammar;
 };
 
 struct TokenEvent {
@@ -64,7 +70,14 @@ class RequestOutput {
   Sampler sampler_;
   StreamDecoder decoder_;
   StopMatcher stops_;
+  // Structured output: whether a token may come next, and the logits of those that may not
+  // made -inf.
+  bool json_allows(TokenId token);
+  void mask_to_json(float* logits, int32_t n_vocab);
+
   std::vector<float> scratch_;  // the sampler rewrites a copy of the logits
+  std::optional<JsonMatcher> json_;
+  bool json_stuck_ = false;
   int32_t n_generated_ = 0;
   int32_t segment_start_ = 0;  // n_generated_ when the segment began
   FinishReason finish_ = FinishReason::kNone;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -86,6 +87,9 @@ class Tokenizer {
   // Control tokens give their text only when `render_special`.
   virtual std::string token_to_piece(TokenId id, bool render_special) const = 0;
   std::string decode(const std::vector<TokenId>& ids, bool render_special = false) const;
+  // token_to_piece(id, false) of every token, made on first use (structured output tests each
+  // token's bytes against the grammar).
+  const std::vector<std::string>& pieces() const;
 
   const TokenizerSpec& spec() const { return spec_; }
   int32_t n_vocab() const { return static_cast<int32_t>(spec_.tokens.size()); }
@@ -101,6 +105,10 @@ class Tokenizer {
   virtual std::vector<TokenId> encode_impl(const std::string& text, bool add_special, bool parse_special,
                                            const ByteRanges* special_ranges) const = 0;
   TokenizerSpec spec_;
+
+ private:
+  mutable std::once_flag pieces_once_;
+  mutable std::vector<std::string> pieces_;
 };
 
 // Turns a stream of token ids into text deltas that are always whole UTF-8: bytes of a character

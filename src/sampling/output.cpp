@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kernels/kernels.h"
 
@@ -9,12 +10,47 @@ namespace helios {
 
 RequestOutput::RequestOutput(const Tokenizer& tokenizer, OutputOptions options)
     : tokenizer_(tokenizer), options_(std::move(options)), sampler_(options_.sampling), decoder_(tokenizer),
-      stops_(options_.stop) {}
+      stops_(options_.stop) {
+  if (options_.json_grammar) json_.emplace(options_.json_grammar);
+}
+
+bool RequestOutput::json_allows(TokenId token) {
+  if (tokenizer_.is_end_of_generation(token) && !options_.ignore_eos) return json_->complete();
+  const std::string& piece = tokenizer_.pieces()[token];
+  return !piece.empty() && json_->accepts(piece);
+}
+
+void RequestOutput::mask_to_json(float* logits, int32_t n_vocab) {
+  constexpr float kOut = -std::numeric_limits<float>::infinity();
+  bool first_ok[256];  // most tokens fail on their first byte: test each byte once
+  for (int b = 0; b < 256; ++b) first_ok[b] = json_->accepts(std::string(1, static_cast<char>(b)));
+  const auto& pieces = tokenizer_.pieces();
+  for (int32_t t = 0; t < n_vocab; ++t) {
+    const bool eog = tokenizer_.is_end_of_generation(t) && !options_.ignore_eos;
+    const std::string& p = t < static_cast<int32_t>(pieces.size()) ? pieces[t] : std::string();
+    bool ok = eog ? json_->complete() : !p.empty() && first_ok[static_cast<unsigned char>(p[0])] &&
+                                            (p.size() == 1 || json_->accepts(p));
+    if (!ok) logits[t] = kOut;
+  }
+}
 
 TokenEvent RequestOutput::take(const float* raw, int32_t n_vocab, const std::vector<TokenId>& history,
                                int32_t exit_layer, float confidence) {
   scratch_.assign(raw, raw + n_vocab);
-  const TokenId token = sampler_.sample(scratch_.data(), n_vocab, history);
+  TokenId token = sampler_.sample(scratch_.data(), n_vocab, history);
+  if (json_ && !json_allows(token)) {
+    // The draw would break the JSON: draw again among the tokens that keep it. Testing the drawn
+    // token first and masking only on a miss costs one check on most steps instead of a pass
+    // over the vocabulary; greedy picks the same token either way.
+    scratch_.assign(raw, raw + n_vocab);
+    mask_to_json(scratch_.data(), n_vocab);
+    token = sampler_.sample(scratch_.data(), n_vocab, history);
+    if (!json_allows(token)) {  // no token continues the text: end it rather than break it
+      token = tokenizer_.eos();
+      json_stuck_ = true;
+    }
+  }
+  if (json_ && !tokenizer_.is_end_of_generation(token)) json_->advance(tokenizer_.pieces()[token]);
   ++n_generated_;
 
   TokenEvent ev;
@@ -38,7 +74,8 @@ TokenEvent RequestOutput::take(const float* raw, int32_t n_vocab, const std::vec
     finish_ = FinishReason::kEos;  // the end token itself carries no text
   } else {
     ev.text = stops_.push(decoder_.push(token));
-    if (stops_.stopped() || std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
+    if (stops_.stopped() || std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end() ||
+        (json_ && (json_->closed() || json_stuck_))) {
       finish_ = FinishReason::kStop;
     } else if (n_generated_ - segment_start_ >= options_.max_tokens) {
       finish_ = FinishReason::kLength;

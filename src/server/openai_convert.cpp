@@ -112,16 +112,42 @@ Err check_unsupported(const Json& body, Endpoint endpoint) {
     if (auto e = read_string(body, "suffix", "suffix", &suffix)) return e;
     if (!suffix.empty()) return invalid_request("suffix", "suffix is not supported by this server");
   }
-  if (const Json* format = field(body, "response_format")) {
-    const Json* type = format->is_object() ? field(*format, "type") : nullptr;
-    if (!type || !type->is_string() || type->get<std::string>() != "text") {
-      return invalid_request("response_format", "response_format: only {\"type\": \"text\"} is supported by this server");
-    }
-  }
   if (field(body, "functions") || field(body, "function_call")) {
     return invalid_request(field(body, "functions") ? "functions" : "function_call",
                            "the deprecated functions / function_call are not supported; use tools");
   }
+  return std::nullopt;
+}
+
+// response_format: {"type": "text"}, {"type": "json_object"}, or {"type": "json_schema",
+// "json_schema": {"name": ..., "schema": {...}, "strict": ...}}; the schema is checked (and
+// compiled) by to_generation_request.
+Err read_response_format(const Json& body, v1::ResponseFormat* out) {
+  const Json* format = field(body, "response_format");
+  if (!format) return std::nullopt;
+  if (!format->is_object()) return wrong_type("response_format", "an object", *format);
+  std::string type;
+  if (auto e = read_string(*format, "type", "response_format.type", &type)) return e;
+  if (type == "text") return std::nullopt;
+  if (type == "json_object") {
+    out->set_json_object(true);
+    return std::nullopt;
+  }
+  if (type != "json_schema") {
+    return invalid_request("response_format.type", "response_format.type must be text, json_object or json_schema, got '" +
+                                                       type + "'");
+  }
+  const Json* spec = field(*format, "json_schema");
+  if (!spec || !spec->is_object()) {
+    return invalid_request("response_format.json_schema",
+                           "response_format.json_schema must be an object with the schema in 'schema'");
+  }
+  const Json* schema = field(*spec, "schema");
+  if (!schema || !(schema->is_object() || schema->is_boolean())) {
+    return invalid_request("response_format.json_schema.schema",
+                           "response_format.json_schema.schema must be a JSON schema (an object)");
+  }
+  out->set_json_schema(schema->dump());
   return std::nullopt;
 }
 
@@ -423,6 +449,11 @@ Err read_common(const Json& body, Endpoint endpoint, const LimitsConfig& limits,
   }
   shared->set_max_tokens(clamp32(max_tokens));  // 0: the server's default, or what the context leaves
 
+  if (auto e = read_response_format(body, shared->mutable_response_format())) return e;
+  if (!shared->response_format().has_json_object() && !shared->response_format().has_json_schema()) {
+    shared->clear_response_format();
+  }
+
   bool ignore_eos = false;  // vLLM's and llama.cpp's extra
   if (auto e = read_bool(body, "ignore_eos", "ignore_eos", &ignore_eos)) return e;
   shared->set_ignore_eos(ignore_eos);
@@ -566,6 +597,7 @@ ApiError from_conversion_error(const Status& status, const Request& request) {
       {"tools_json", "tools", "tools"},
       {"top_logprobs", "logprobs", "top_logprobs"},
       {"max_tokens", request.max_tokens_param, request.max_tokens_param},
+      {"response_format.json_schema", "response_format.json_schema.schema", "response_format.json_schema.schema"},
   };
   const std::string& message = status.message();
   ApiError e = error_from_status(status.code(), message);

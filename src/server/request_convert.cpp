@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "helios/chat_template.h"
+#include "helios/json_grammar.h"
 #include "server/exit_options.h"
 
 namespace helios::server {
@@ -137,6 +138,16 @@ StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& req
     out.stop_token_ids.push_back(id);
   }
   out.ignore_eos = request.ignore_eos();
+  if (request.has_response_format()) {
+    const v1::ResponseFormat& format = request.response_format();
+    if (format.format_case() == v1::ResponseFormat::kJsonSchema) {
+      auto grammar = JsonGrammar::from_schema(format.json_schema());
+      if (!grammar.ok()) return field_error("response_format.json_schema:", grammar.status().message());
+      out.json_grammar = std::move(grammar).value();
+    } else if (format.json_object()) {
+      out.json_grammar = JsonGrammar::any_object();
+    }
+  }
 
   // The prompt.
   switch (request.input_case()) {

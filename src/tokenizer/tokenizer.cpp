@@ -91,6 +91,14 @@ std::string Tokenizer::decode(const std::vector<TokenId>& ids, bool render_speci
   return text;
 }
 
+const std::vector<std::string>& Tokenizer::pieces() const {
+  std::call_once(pieces_once_, [this] {
+    pieces_.reserve(n_vocab());
+    for (TokenId id = 0; id < n_vocab(); ++id) pieces_.push_back(token_to_piece(id, /*render_special=*/false));
+  });
+  return pieces_;
+}
+
 bool Tokenizer::is_end_of_generation(TokenId id) const {
   if (id < 0 || id >= n_vocab()) return false;
   if (id == spec_.eos_id || id == spec_.eot_id) return true;
