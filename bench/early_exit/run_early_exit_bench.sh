@@ -11,9 +11,11 @@
 #   4. quality: `helios eval` per kind on the held-out text: perplexity increase, greedy agreement,
 #      layers and LM-head rows per token, batch-1 decode speed-up;
 #   5. pareto_report.py: bench/results/early_exit_<model>_<time>.{md,json} and a Pareto plot.
-# Usage: bench/early_exit/run_early_exit_bench.sh [--model smollm2|qwen-0.5b|qwen-1.5b] [--kinds "lens ridge distilled"] [--quick]
+# Usage: bench/early_exit/run_early_exit_bench.sh [--model smollm2|qwen-0.5b|qwen-1.5b] [--kinds "lens ridge distilled mlp"] [--quick]
 #   env: HELIOS_BIN (a folder with helios and heliosd: run those, build nothing), NUM_PROMPTS, CONCURRENCY (4), OUTPUT_LEN (48), CAL_TOKENS, DISTILL_EPOCHS (3), EVAL_TOKENS (2048),
-#        DRAFT_VOCAB (16384: self-speculative drafts among the first N token ids; 0 = all)
+#        DRAFT_VOCAB (16384: self-speculative drafts among the first N token ids; 0 = all),
+#        EXITS, FIXED, DRAFT (the model's exit points, fixed depth and draft exit), MLP_HIDDEN (1024: the mlp kind's width),
+#        HEADS_lens, HEADS_ridge, HEADS_distilled (a heads file to use for that kind instead of calibrating one)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -33,6 +35,7 @@ done
 
 # Per model: file, exits, the fixed depth (three quarters), the self-speculative draft exit (half),
 # calibration tokens and serving prompts (fewer for the bigger models: every point serves them all).
+GIVEN_EXITS=${EXITS:-}; GIVEN_FIXED=${FIXED:-}; GIVEN_DRAFT=${DRAFT:-}
 case "$MODEL_KEY" in
   smollm2)   MODEL=$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf; EXITS=8,15,22; FIXED=22; DRAFT=15
              CAL_DEFAULT=8192; PROMPTS_DEFAULT=32 ;;
@@ -42,6 +45,7 @@ case "$MODEL_KEY" in
              CAL_DEFAULT=16384; PROMPTS_DEFAULT=12 ;;
   *) echo "--model must be smollm2, qwen-0.5b or qwen-1.5b" >&2; exit 2 ;;
 esac
+EXITS=${GIVEN_EXITS:-$EXITS}; FIXED=${GIVEN_FIXED:-$FIXED}; DRAFT=${GIVEN_DRAFT:-$DRAFT}
 CAL_TOKENS=${CAL_TOKENS:-$CAL_DEFAULT}  # distillation's cost grows with them: minutes per exit on 2 cores
 DISTILL_EPOCHS=${DISTILL_EPOCHS:-3}
 NUM_PROMPTS=${NUM_PROMPTS:-$PROMPTS_DEFAULT}
@@ -81,13 +85,17 @@ fi
   --out "$WORK/eval_text.json" --report "$WORK/split.json"
 EVAL_TEXT=$WORK/eval_text.json
 
-heads_of() { echo "${MODEL%.gguf}.exits-$1-${CAL_TOKENS}.gguf"; }
+heads_of() {  # HEADS_<kind> where set, else the file this script calibrates once
+  local given="HEADS_$1"
+  echo "${!given:-${MODEL%.gguf}.exits-$1-${CAL_TOKENS}.gguf}"
+}
 for kind in $KINDS; do
   heads=$(heads_of "$kind")
   if [ ! -f "$heads" ]; then
     echo "== calibrate $kind heads (once, $CAL_TOKENS tokens): $heads" >&2
     "$BIN/helios" calibrate --model "$MODEL" --exits "$EXITS" --text "$SG_CAL" --text "$GSM8K" \
-      --max-tokens "$CAL_TOKENS" --head "$kind" --distill-epochs "$DISTILL_EPOCHS" --out "$heads" | tee "$WORK/calibrate_$kind.txt"
+      --max-tokens "$CAL_TOKENS" --head "$kind" --distill-epochs "$DISTILL_EPOCHS" \
+      $([ "$kind" = mlp ] && echo --mlp-hidden "${MLP_HIDDEN:-1024}") --out "$heads" | tee "$WORK/calibrate_$kind.txt"
   fi
 done
 

@@ -59,13 +59,14 @@ struct HiddenStates {
 StatusOr<HiddenStates> collect_hidden_states(Model& model, const std::vector<std::vector<TokenId>>& sequences,
                                              const std::vector<int32_t>& exit_layers, const ProgressLog& log = nullptr);
 
-// Top-1 token of the exit head lm_head(final_norm(W h + b)) for rows h [n, n_embd]; an empty w
-// is the identity (logit lens). Runs on the model's backend with its own (possibly quantized) LM
-// head, through Model::apply_exit_head as the forward pass runs its exit heads.
-// `top1_prob`, when given, gets each row's top-1 probability.
+// Top-1 token of the exit head lm_head(final_norm(a)), a = W h + b (+ the residual MLP when `mlp`
+// is given), for rows h [n, n_embd]; an empty w is the identity (logit lens). Runs on the model's
+// backend with its own (possibly quantized) LM head, through Model::apply_exit_head as the forward
+// pass runs its exit heads. `top1_prob`, when given, gets each row's top-1 probability.
 StatusOr<std::vector<int32_t>> exit_head_top1(Model& model, const float* hidden, int64_t n_rows,
                                               const std::vector<float>& w, const std::vector<float>& b,
-                                              std::vector<float>* top1_prob = nullptr);
+                                              std::vector<float>* top1_prob = nullptr,
+                                              const ResidualMlp* mlp = nullptr);
 
 // The lowest top-1 probability τ such that, of the tokens with p >= τ, at least `target` agree with
 // the final layer (and at least `min_tokens` of them are above it); 1 (never leave) when none.
@@ -82,13 +83,16 @@ struct CalibrationOptions {
   int32_t held_out_every = 5;    // every 5th sequence (or token, with < 5 sequences) is held out
   double target_agreement = 0.9; // per-exit thresholds: the share of leaving tokens that must agree
   bool distill = false;          // also train each adapter by distillation (slower: see distill.h)
-  // Which head each exit keeps: "best" (identity, ridge or distilled, the best on held-out
-  // agreement), or one of "lens" (identity), "ridge", "distilled" (needs distill) whatever it scores,
-  // to compare head kinds on the same calibration.
+  // Which head each exit keeps: "best" (identity, ridge, distilled or mlp, the best on held-out
+  // agreement), or one of "lens" (identity), "ridge", "distilled" (needs distill), "mlp" (needs
+  // mlp_hidden) whatever it scores, to compare head kinds on the same calibration.
   std::string head = "best";
   int32_t distill_epochs = 3;
   float distill_learning_rate = 1e-3f;
   int32_t distill_rank = 32;     // DistillOptions::rank
+  // > 0: also train a residual MLP of this many hidden units after the (distilled) adapter, the
+  // head kind "mlp" (distill_mlp); 0: none.
+  int32_t mlp_hidden = 0;
   int32_t teacher_top_k = 64;    // the teacher's tokens the sparse KL keeps
   int32_t curve_points = 64;     // points of each exit's agreement curve
   ProgressLog log;
@@ -109,8 +113,10 @@ struct ExitCalibration {
   float ridge = 0;               // the penalty it was fitted with
   bool adapter_kept = false;     // an adapter (ridge or distilled) beat the logit lens
   double distilled_agreement = -1;  // the distilled adapter's (-1: not trained)
-  std::string kept = "identity"; // identity, ridge or distilled: the best on held-out agreement
+  std::string kept = "identity"; // identity, ridge, distilled or mlp: the best on held-out agreement
   double distill_seconds = 0, distill_kl_start = 0, distill_kl_best = 0;  // held-out sparse KL, nats
+  double mlp_agreement = -1;     // the residual-MLP head's (-1: not trained)
+  double mlp_seconds = 0, mlp_kl_start = 0, mlp_kl_best = 0;
   // The agreement curve (fitted on the even held-out tokens) at 0.5 .. 0.95 on the odd ones.
   std::vector<CurveCheck> curve_checks;
   double probe_accuracy = 0;     // probe (score >= 0.5) predicts the kept head's agreement

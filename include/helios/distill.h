@@ -11,6 +11,10 @@
 // W = W_ridge + diag(delta) + A B (rank 32 by default): with a few thousand calibration tokens a
 // full d x d update memorises them (held-out KL stalls while the fit KL keeps falling). The epoch
 // with the best held-out loss is the result.
+//
+// An affine map in front of the final norm saturates (more text stops helping), so an exit may
+// also get a residual SwiGLU MLP after its distilled adapter, trained the same way with the adapter
+// frozen (distill_mlp): EE-Tuning's MLP exit, started from the adapter's head (down = 0).
 #pragma once
 
 #include <cstdint>
@@ -60,8 +64,9 @@ struct DistillReport {
 struct HeadFit {
   double kl = 0, agreement = 0;
 };
+// With `mlp`, the residual MLP follows the adapter.
 HeadFit evaluate_head(const HostHead& head, const float* x, const TeacherTargets& t, const std::vector<float>& w,
-                      const std::vector<float>& b);
+                      const std::vector<float>& b, const ResidualMlp* mlp = nullptr);
 
 // The mean sparse KL of `rows` rows x [rows, n_embd] against targets t.row(target_rows[i]), and its
 // gradient with respect to w (written to gw, [n_embd, n_embd]) and b (gb, [n_embd]).
@@ -69,9 +74,21 @@ double adapter_loss_grad(const HostHead& head, const float* x, const TeacherTarg
                          int32_t rows, const std::vector<float>& w, const std::vector<float>& b, std::vector<float>* gw,
                          std::vector<float>* gb);
 
+// The mean sparse KL of `rows` rows a [rows, n_embd] (the adapter's output) through the residual
+// MLP and the head, and its gradient with respect to the MLP's weights (written to `grad`).
+double mlp_loss_grad(const HostHead& head, const float* a, const TeacherTargets& t, const int64_t* target_rows,
+                     int32_t rows, const ResidualMlp& mlp, ResidualMlp* grad);
+
 // Trains w [n_embd, n_embd] (out, in) and b [n_embd] in place from their current values.
 StatusOr<DistillReport> distill_adapter(const HostHead& head, const float* x_fit, const TeacherTargets& t_fit,
                                         const float* x_held, const TeacherTargets& t_held,
                                         const DistillOptions& options, std::vector<float>* w, std::vector<float>* b);
+
+// Trains a residual MLP of `hidden` units after a frozen adapter, from rows a = W h + b: gate and up
+// start random and down at zero, so the head starts as the adapter's (EE-Tuning's MLP exit, with
+// the backbone and the adapter frozen). Its cost per step is the LM head's, as distill_adapter's.
+StatusOr<DistillReport> distill_mlp(const HostHead& head, const float* a_fit, const TeacherTargets& t_fit,
+                                    const float* a_held, const TeacherTargets& t_held, const DistillOptions& options,
+                                    int32_t hidden, ResidualMlp* mlp);
 
 }  // namespace helios

@@ -145,10 +145,22 @@ ConfidenceStats confidence_stats(const float* logits, int32_t n_vocab);
 float confidence_value(const ConfidenceStats& stats, ConfidenceMeasure measure, int32_t n_vocab);
 
 // The fitted parameters of one exit, in host memory.
+// A residual SwiGLU block an exit head may add after its adapter: the capacity an affine map lacks
+// to stand in for the layers it skips. Weights row-major (out, in).
+struct ResidualMlp {
+  int32_t hidden = 0;                // 0: no MLP
+  std::vector<float> gate, up;       // [hidden, n_embd]
+  std::vector<float> down;           // [n_embd, hidden]
+  bool empty() const { return hidden == 0; }
+};
+
 struct ExitHeadParams {
   int32_t layer = 0;                  // reads the hidden state after this many blocks
   std::vector<float> adapter_weight;  // [n_embd, n_embd] row-major (out, in); empty: identity
   std::vector<float> adapter_bias;    // [n_embd]; empty with the identity
+  // After the adapter, optionally, a trained residual MLP (kind "mlp"): a += down(silu(gate(n)) * up(n))
+  // with n = a / rms(a). Hidden width 0: none.
+  ResidualMlp mlp;
   std::vector<float> probe_weight;    // [n_embd], on h_k / rms(h_k); empty: no probe
   float probe_bias = 0;
   // The smallest top-1 probability above which this exit's top-1 was the final layer's on at least
@@ -160,7 +172,7 @@ struct ExitHeadParams {
   // last layer's, made non-decreasing (so a threshold t on it lets through tokens of which at least
   // t agreed). Empty when not calibrated.
   std::vector<float> curve_prob, curve_agreement;
-  std::string kind = "identity";  // how the adapter was fitted: identity, ridge, distilled
+  std::string kind = "identity";  // how the head was fitted: identity, ridge, distilled, mlp
   // Calibration summary, for display.
   float agreement = 0;       // exit top-1 == final top-1, over the calibration tokens
   float probe_accuracy = 0;  // on the held-out calibration tokens

@@ -20,6 +20,18 @@ namespace helios {
 
 enum class LogitsWanted { kNone, kLast, kAll };
 
+// An exit head's residual MLP (ResidualMlp) in backend memory, with room for its activations: rows
+// go through it kRows at a time, so a batch of any size needs no allocation in the pass.
+struct ExitMlp {
+  static constexpr int32_t kRows = 256;
+  Matrix gate, up, down;
+  Buffer ones;  // [n_embd]: the unit weight of its RMS norm
+  Buffer work;  // [kRows, n_embd + 2 * hidden]
+  int32_t hidden = 0;
+  static StatusOr<std::shared_ptr<ExitMlp>> upload(Backend& backend, const ResidualMlp& mlp, int32_t n_embd,
+                                                   const std::string& name);
+};
+
 struct SequenceBatchEntry {
   std::vector<TokenId> tokens;      // the tokens to compute in this step
   int32_t start_pos = 0;            // position of tokens[0]; 0..start_pos-1 are already cached
@@ -130,12 +142,12 @@ class Model {
   // first exit point for self-speculative. forward() resolves every entry's rule itself.
   ExitRule resolve_exit_rule(ExitRule rule) const;
 
-  // An exit head on n rows of hidden states in backend memory: W h + b when `adapter` is given,
-  // then the final norm and the LM head into `logits` [n, n_vocab] (with `vocab` > 0, the LM
-  // head's first `vocab` rows into [n, vocab]). `rows` is overwritten with the head's normed
-  // input; `scratch` [n, n_embd] holds W h + b.
-  void apply_exit_head(float* rows, int32_t n, const WeightMatrix* adapter, const float* bias, float* scratch,
-                       float* logits, int32_t vocab = 0) const;
+  // An exit head on n rows of hidden states in backend memory: a = W h + b when `adapter` is given,
+  // a += the residual MLP when `mlp` is, then the final norm and the LM head into `logits`
+  // [n, n_vocab] (with `vocab` > 0, the LM head's first `vocab` rows into [n, vocab]). `rows` is
+  // overwritten with the head's normed input; `scratch` [n, n_embd] holds a.
+  void apply_exit_head(float* rows, int32_t n, const WeightMatrix* adapter, const float* bias, ExitMlp* mlp,
+                       float* scratch, float* logits, int32_t vocab = 0) const;
 
   // Runs the batch through every loaded layer, writing each token's K/V into `kv`, and returns
   // the logits the entries asked for. INVALID_ARGUMENT for a malformed batch (a token id outside
@@ -154,6 +166,7 @@ class Model {
   struct ExitHead {  // one exit's adapter in backend memory, its probe on the host
     Matrix adapter;  // view.data == nullptr: the identity (logit lens)
     Buffer bias;
+    std::shared_ptr<ExitMlp> mlp;  // null: none
     ExitHeadParams params;
   };
   using ExitHeads = std::vector<std::shared_ptr<ExitHead>>;  // [depth + 1], null where none

@@ -24,7 +24,9 @@ int cmd_calibrate(int argc, char** argv) {
             "With --distill each adapter is then trained further, from the ridge fit, by distillation:\n"
             "minimising the KL divergence from the last layer's next-token distribution to the exit's\n"
             "through the frozen final norm and LM head (the best of identity, ridge and distilled on\n"
-            "held-out agreement is kept). Every exit also gets an agreement curve: the `agreement`\n"
+            "held-out agreement is kept). With --mlp-hidden H a residual MLP (SwiGLU, H hidden units) is\n"
+            "trained the same way after the distilled adapter, with the adapter frozen: the `mlp` head,\n"
+            "with more capacity than an affine map. Every exit also gets an agreement curve: the `agreement`\n"
             "measure maps its top-1 probability to the share of calibration tokens at least that\n"
             "confident whose top-1 was the last layer's, so --threshold 0.9 means 90% of leaving\n"
             "tokens agree.\n"
@@ -45,8 +47,11 @@ int cmd_calibrate(int argc, char** argv) {
       .option("distill-epochs", "N", "distillation passes over the fit tokens (the best held-out one is kept)", "3")
       .option("distill-lr", "LR", "distillation's Adam learning rate", "1e-3")
       .option("teacher-top-k", "K", "the last layer's most likely tokens the sparse KL keeps", "64")
-      .option("head", "KIND", "the head every exit keeps: best (of lens, ridge and distilled, on held-out agreement), "
-              "or lens | ridge | distilled whatever it scores, to compare kinds on one calibration", "best")
+      .option("head", "KIND", "the head every exit keeps: best (of lens, ridge, distilled and mlp, on held-out "
+              "agreement), or lens | ridge | distilled | mlp whatever it scores, to compare kinds on one calibration",
+              "best")
+      .option("mlp-hidden", "H", "also train a residual MLP of H hidden units after each distilled adapter (head kind "
+              "mlp: more capacity than an affine map, about the LM head's cost again per epoch); 0 = none", "0")
       .option("distill-rank", "R", "distillation trains ridge + diagonal + a rank-R product; 0 = the whole matrix", "32");
   args.example("helios calibrate --model models/SmolLM2-135M-Instruct.Q4_1.gguf --exits 4,8,12,16,20,24,28 \\\n"
                "      --text ../shared/data/sharegpt/mlenergy_ShareGPT_V3_filtered_1000_prompts.json")
@@ -95,10 +100,15 @@ int cmd_calibrate(int argc, char** argv) {
     if (!(l2 >= 0)) return invalid_argument("--probe-l2 must be >= 0");
     opt.probe_l2 = static_cast<float>(l2);
     opt.head = args.str("head");
-    if (opt.head != "best" && opt.head != "lens" && opt.head != "ridge" && opt.head != "distilled") {
-      return invalid_argument("--head must be best, lens, ridge or distilled, got '" + opt.head + "'");
+    if (opt.head != "best" && opt.head != "lens" && opt.head != "ridge" && opt.head != "distilled" && opt.head != "mlp") {
+      return invalid_argument("--head must be best, lens, ridge, distilled or mlp, got '" + opt.head + "'");
     }
-    opt.distill = args.has("distill") || opt.head == "distilled";
+    HELIOS_ASSIGN_OR_RETURN(int64_t mlp_hidden, args.integer("mlp-hidden"));
+    if (mlp_hidden < 0 || mlp_hidden > 65536) return invalid_argument("--mlp-hidden must be 0..65536");
+    if (opt.head == "mlp" && mlp_hidden == 0) return invalid_argument("--head mlp needs --mlp-hidden H (e.g. 1024)");
+    opt.mlp_hidden = static_cast<int32_t>(mlp_hidden);
+    // The MLP is trained on the distilled adapter's output.
+    opt.distill = args.has("distill") || opt.head == "distilled" || mlp_hidden > 0;
     HELIOS_ASSIGN_OR_RETURN(int64_t epochs, args.integer("distill-epochs"));
     HELIOS_ASSIGN_OR_RETURN(double lr, args.number("distill-lr"));
     HELIOS_ASSIGN_OR_RETURN(int64_t top_k, args.integer("teacher-top-k"));
@@ -158,6 +168,12 @@ int cmd_calibrate(int argc, char** argv) {
     for (const auto& e : result->exits) {
       std::printf("exit %d: distilled in %.1f s, held-out sparse KL %.4f -> %.4f nats\n", e.layer, e.distill_seconds,
                   e.distill_kl_start, e.distill_kl_best);
+    }
+  }
+  if (opt.mlp_hidden > 0) {
+    for (const auto& e : result->exits) {
+      std::printf("exit %d: residual MLP (%d hidden) trained in %.1f s, held-out sparse KL %.4f -> %.4f nats\n",
+                  e.layer, opt.mlp_hidden, e.mlp_seconds, e.mlp_kl_start, e.mlp_kl_best);
     }
   }
   std::printf("\n%lld calibration tokens (%lld fit, %lld held out); agreement = exit top-1 == final top-1.\n",

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include <cblas.h>
 #include "helios/distill.h"
 #include "helios/sampler.h"
 #include "helios/teacher_forced.h"
@@ -126,7 +127,7 @@ StatusOr<HiddenStates> collect_hidden_states(Model& model, const std::vector<std
 
 StatusOr<std::vector<int32_t>> exit_head_top1(Model& model, const float* hidden, int64_t n_rows,
                                               const std::vector<float>& w, const std::vector<float>& b,
-                                              std::vector<float>* top1_prob) {
+                                              std::vector<float>* top1_prob, const ResidualMlp* mlp) {
   Backend& be = model.backend();
   const ModelConfig& c = model.config();
   const int32_t d = c.n_embd;
@@ -149,12 +150,17 @@ StatusOr<std::vector<int32_t>> exit_head_top1(Model& model, const float* hidden,
     return resource_exhausted("no backend memory for an exit-head pass of " + std::to_string(chunk) + " rows");
   }
   if (adapter) be.upload(bias.data(), b.data(), b.size());
+  std::shared_ptr<ExitMlp> device_mlp;  // as Model::set_exits uploads it
+  if (mlp && !mlp->empty()) {
+    HELIOS_ASSIGN_OR_RETURN(device_mlp, ExitMlp::upload(be, *mlp, d, "exit MLP"));
+  }
   std::vector<int32_t> top1(n_rows);
   std::vector<float> prob(chunk), margin(chunk), entropy(chunk);
   for (int64_t start = 0; start < n_rows; start += chunk) {
     const auto rows = static_cast<int32_t>(std::min(chunk, n_rows - start));
     be.upload(in.data(), hidden + start * d, static_cast<size_t>(rows) * d);
-    model.apply_exit_head(in.data(), rows, adapter ? &weight.view : nullptr, bias.data(), mid.data(), logits.data());
+    model.apply_exit_head(in.data(), rows, adapter ? &weight.view : nullptr, bias.data(), device_mlp.get(), mid.data(),
+                          logits.data());
     be.exit_stats(logits.data(), rows, c.n_vocab, top1.data() + start, prob.data(), margin.data(), entropy.data());
     if (top1_prob) top1_prob->insert(top1_prob->end(), prob.begin(), prob.begin() + rows);
   }
@@ -182,6 +188,19 @@ float fit_exit_threshold(const std::vector<float>& top1_prob, const std::vector<
   return best;
 }
 
+namespace {
+// Rows x W^T + b (x itself with an empty w).
+std::vector<float> affine_rows(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& b,
+                               int32_t d) {
+  if (w.empty()) return x;
+  const auto n = static_cast<int32_t>(x.size() / d);
+  std::vector<float> out(x.size());
+  for (int32_t r = 0; r < n; ++r) std::copy(b.begin(), b.end(), out.begin() + static_cast<size_t>(r) * d);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, d, d, 1.0f, x.data(), d, w.data(), d, 1.0f, out.data(), d);
+  return out;
+}
+}  // namespace
+
 StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& data, const CalibrationOptions& opt) {
   const ModelConfig& c = model.config();
   const int32_t d = data.n_embd;
@@ -191,10 +210,12 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
   }
   if (opt.ridges.empty()) return invalid_argument("ridges: give at least one ridge penalty");
   if (opt.held_out_every < 2) return invalid_argument("held_out_every must be >= 2, got " + std::to_string(opt.held_out_every));
-  if (opt.head != "best" && opt.head != "lens" && opt.head != "ridge" && opt.head != "distilled") {
-    return invalid_argument("head must be best, lens, ridge or distilled, got '" + opt.head + "'");
+  if (opt.head != "best" && opt.head != "lens" && opt.head != "ridge" && opt.head != "distilled" && opt.head != "mlp") {
+    return invalid_argument("head must be best, lens, ridge, distilled or mlp, got '" + opt.head + "'");
   }
   if (opt.head == "distilled" && !opt.distill) return invalid_argument("head 'distilled' needs distill on");
+  if (opt.head == "mlp" && opt.mlp_hidden < 1) return invalid_argument("head 'mlp' needs mlp_hidden >= 1");
+  if (opt.mlp_hidden < 0) return invalid_argument("mlp_hidden must be >= 0, got " + std::to_string(opt.mlp_hidden));
 
   // Held-out tokens: whole sequences when there are enough of them (neighbouring tokens are
   // alike, so a token interleave would flatter the fit), else every k-th token.
@@ -227,7 +248,7 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
   // Distillation's frozen head and the teacher's targets, once for every exit.
   HostHead host;
   TeacherTargets teacher_fit, teacher_held;
-  if (opt.distill) {
+  if (opt.distill || opt.mlp_hidden > 0) {
     const auto t0 = Clock::now();
     HELIOS_ASSIGN_OR_RETURN(host, host_head(model));
     const std::vector<float> y_held = gather_rows(data.states.back(), held_rows, d);
@@ -287,19 +308,23 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
       return candidate > incumbent;
     };
     double best = cal.lens_agreement;
-    if (beats("ridge", cal.adapter_agreement, best)) {
-      cal.kept = "ridge";
-      best = cal.adapter_agreement;
-      kept_held = ridge_held;
-      kept_prob = ridge_prob;
-    }
+    // Keeps the kind's head when it beats the best so far (its held-out top-1 and probabilities).
+    auto consider = [&](const char* kind, double agreed, std::vector<int32_t>& held, std::vector<float>& prob) {
+      if (!beats(kind, agreed, best)) return false;
+      cal.kept = kind;
+      best = agreed;
+      kept_held = std::move(held);
+      kept_prob = std::move(prob);
+      return true;
+    };
+    consider("ridge", cal.adapter_agreement, ridge_held, ridge_prob);
+    DistillOptions dopt;
+    dopt.epochs = opt.distill_epochs;
+    dopt.learning_rate = opt.distill_learning_rate;
+    dopt.rank = opt.distill_rank;
+    dopt.log = opt.log;
+    std::vector<float> wd = w, bd = b;  // the distilled adapter, and the residual MLP's input
     if (opt.distill) {
-      std::vector<float> wd = w, bd = b;
-      DistillOptions dopt;
-      dopt.epochs = opt.distill_epochs;
-      dopt.learning_rate = opt.distill_learning_rate;
-      dopt.rank = opt.distill_rank;
-      dopt.log = opt.log;
       HELIOS_ASSIGN_OR_RETURN(DistillReport rep, distill_adapter(host, x_fit.data(), teacher_fit, x_held.data(),
                                                                  teacher_held, dopt, &wd, &bd));
       cal.distill_seconds = rep.seconds;
@@ -309,13 +334,24 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
       HELIOS_ASSIGN_OR_RETURN(auto distilled_held,
                               exit_head_top1(model, x_held.data(), cal.n_held_out, wd, bd, &distilled_prob));
       cal.distilled_agreement = agreement(distilled_held, final_held, held_index);
-      if (beats("distilled", cal.distilled_agreement, best)) {
-        cal.kept = "distilled";
-        best = cal.distilled_agreement;
-        kept_held = std::move(distilled_held);
-        kept_prob = std::move(distilled_prob);
-        w = std::move(wd);
-        b = std::move(bd);
+      if (consider("distilled", cal.distilled_agreement, distilled_held, distilled_prob)) w = wd, b = bd;
+    }
+    ResidualMlp mlp;  // trained on the distilled adapter's output; kept only when the "mlp" head is
+    if (opt.mlp_hidden > 0) {
+      const std::vector<float> a_fit = affine_rows(x_fit, wd, bd, d), a_held = affine_rows(x_held, wd, bd, d);
+      HELIOS_ASSIGN_OR_RETURN(DistillReport rep, distill_mlp(host, a_fit.data(), teacher_fit, a_held.data(),
+                                                             teacher_held, dopt, opt.mlp_hidden, &mlp));
+      cal.mlp_seconds = rep.seconds;
+      cal.mlp_kl_start = rep.held_kl_start;
+      cal.mlp_kl_best = rep.held_kl_best;
+      std::vector<float> mlp_prob;
+      HELIOS_ASSIGN_OR_RETURN(auto mlp_held,
+                              exit_head_top1(model, x_held.data(), cal.n_held_out, wd, bd, &mlp_prob, &mlp));
+      cal.mlp_agreement = agreement(mlp_held, final_held, held_index);
+      if (consider("mlp", cal.mlp_agreement, mlp_held, mlp_prob)) {
+        w = wd, b = bd;
+      } else {
+        mlp = {};
       }
     }
     cal.adapter_kept = cal.kept != "identity";
@@ -334,7 +370,8 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
     // Probe: does the kept head agree with the final layer? Labels on the fit tokens need the
     // kept head there too.
     std::vector<float> kept_fit_prob;
-    HELIOS_ASSIGN_OR_RETURN(auto kept_fit, exit_head_top1(model, x_fit.data(), cal.n_fit, w, b, &kept_fit_prob));
+    HELIOS_ASSIGN_OR_RETURN(auto kept_fit,
+                            exit_head_top1(model, x_fit.data(), cal.n_fit, w, b, &kept_fit_prob, &mlp));
     const double heads_s = seconds_since(t0) - adapter_s;
     std::vector<uint8_t> label_fit(fit_rows.size());
     for (size_t i = 0; i < fit_rows.size(); ++i) label_fit[i] = kept_fit[i] == final_fit[i];
@@ -377,6 +414,7 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
 
     head.adapter_weight = std::move(w);
     head.adapter_bias = std::move(b);
+    head.mlp = std::move(mlp);
     head.agreement = static_cast<float>(best);
     head.probe_accuracy = static_cast<float>(cal.probe_accuracy);
     head.threshold = static_cast<float>(cal.threshold);
@@ -387,30 +425,33 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
                      cal.adapter_agreement, cal.ridge) +
                      fmt(", probe %.3f", cal.probe_accuracy) +
                      (opt.distill ? fmt(", distilled %.3f", cal.distilled_agreement) : std::string()) +
+                     (opt.mlp_hidden > 0 ? fmt(", mlp %.3f", cal.mlp_agreement) : std::string()) +
                      fmt(", threshold %.3f covering %.3f", cal.threshold, cal.coverage) + " (" + cal.kept + " kept" +
-                     fmt("; %.1f s: ridge %.1f, distill %.1f, probe %.1f)", seconds_since(t0), adapter_s,
-                         cal.distill_seconds, seconds_since(t0) - adapter_s - heads_s));
+                     fmt("; %.1f s: ridge %.1f, distill %.1f", seconds_since(t0), adapter_s, cal.distill_seconds) +
+                     fmt(", mlp %.1f, probe %.1f)", cal.mlp_seconds, seconds_since(t0) - adapter_s - heads_s));
   }
   return result;
 }
 
 std::string calibration_table(const CalibrationResult& result) {
   std::string out =
-      "| layer | logit-lens agreement | ridge agreement | distilled agreement | head kept | probe accuracy | base rate "
-      "| threshold | coverage | agreement ≥ 0.9: agreed / leaving |\n"
-      "|---:|---:|---:|---:|:---|---:|---:|---:|---:|---:|\n";
+      "| layer | logit-lens agreement | ridge agreement | distilled agreement | mlp agreement | head kept "
+      "| probe accuracy | base rate | threshold | coverage | agreement ≥ 0.9: agreed / leaving |\n"
+      "|---:|---:|---:|---:|---:|:---|---:|---:|---:|---:|---:|\n";
   char line[320];
   for (const ExitCalibration& e : result.exits) {
     char distilled[32] = "-";
     if (e.distilled_agreement >= 0) std::snprintf(distilled, sizeof distilled, "%.1f%%", 100 * e.distilled_agreement);
+    char mlp[32] = "-";
+    if (e.mlp_agreement >= 0) std::snprintf(mlp, sizeof mlp, "%.1f%%", 100 * e.mlp_agreement);
     char curve[48] = "-";
     for (const CurveCheck& c : e.curve_checks) {
       if (std::fabs(c.threshold - 0.9f) < 1e-3f) {
         std::snprintf(curve, sizeof curve, "%.1f%% / %.1f%%", 100 * c.agreed, 100 * c.leaving);
       }
     }
-    std::snprintf(line, sizeof line, "| %d | %.1f%% | %.1f%% | %s | %s | %.1f%% | %.1f%% | %.3f | %.1f%% | %s |\n",
-                  e.layer, 100 * e.lens_agreement, 100 * e.adapter_agreement, distilled, e.kept.c_str(),
+    std::snprintf(line, sizeof line, "| %d | %.1f%% | %.1f%% | %s | %s | %s | %.1f%% | %.1f%% | %.3f | %.1f%% | %s |\n",
+                  e.layer, 100 * e.lens_agreement, 100 * e.adapter_agreement, distilled, mlp, e.kept.c_str(),
                   100 * e.probe_accuracy, 100 * e.base_rate, e.threshold, 100 * e.coverage, curve);
     out += line;
   }

@@ -20,11 +20,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// One mini-batch through the head: a = x W^T + b, u = a / rms(a), z = (u * g) E^T.
+float silu(float g) { return g / (1.0f + std::exp(-g)); }
+
+// One mini-batch through the head: a = x W^T + b, then (with an MLP) a += ((silu(n G^T) * (n U^T)) D^T
+// with n = a / rms(a), then u = a / rms(a), z = (u * g) E^T.
 struct HeadPass {
   std::vector<float> a, u, inv_rms, z, scaled;
+  std::vector<float> mlp_in, gate, up, act;  // the MLP's normed input, gate, up, silu(gate) * up
 
-  void run(const HostHead& h, const float* x, int32_t rows, const std::vector<float>& w, const std::vector<float>& b) {
+  void run(const HostHead& h, const float* x, int32_t rows, const std::vector<float>& w, const std::vector<float>& b,
+           const ResidualMlp* mlp = nullptr) {
     const int32_t d = h.n_embd, v = h.n_vocab;
     a.resize(static_cast<size_t>(rows) * d);
     if (w.empty()) {
@@ -33,22 +38,45 @@ struct HeadPass {
       for (int32_t r = 0; r < rows; ++r) std::copy(b.begin(), b.end(), a.begin() + static_cast<size_t>(r) * d);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, d, d, 1.0f, x, d, w.data(), d, 1.0f, a.data(), d);
     }
+    if (mlp && !mlp->empty()) add_mlp(h, rows, *mlp);
     u.resize(a.size());
     inv_rms.resize(rows);
     scaled.resize(a.size());
     for (int32_t r = 0; r < rows; ++r) {
-      const float* ar = a.data() + static_cast<size_t>(r) * d;
-      double sum_sq = 0;
-      for (int32_t j = 0; j < d; ++j) sum_sq += static_cast<double>(ar[j]) * ar[j];
-      inv_rms[r] = static_cast<float>(1.0 / std::sqrt(sum_sq / d + h.rms_eps));
-      for (int32_t j = 0; j < d; ++j) {
-        u[static_cast<size_t>(r) * d + j] = ar[j] * inv_rms[r];
-        scaled[static_cast<size_t>(r) * d + j] = u[static_cast<size_t>(r) * d + j] * h.norm[j];
-      }
+      inv_rms[r] = normalize(a.data() + static_cast<size_t>(r) * d, d, h.rms_eps, u.data() + static_cast<size_t>(r) * d);
+      for (int32_t j = 0; j < d; ++j) scaled[static_cast<size_t>(r) * d + j] = u[static_cast<size_t>(r) * d + j] * h.norm[j];
     }
     z.resize(static_cast<size_t>(rows) * v);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, v, d, 1.0f, scaled.data(), d, h.lm_head.data(), d,
                 0.0f, z.data(), v);
+  }
+
+  // out = in / rms(in); returns 1 / rms(in).
+  static float normalize(const float* in, int32_t d, float eps, float* out) {
+    double sum_sq = 0;
+    for (int32_t j = 0; j < d; ++j) sum_sq += static_cast<double>(in[j]) * in[j];
+    const auto inv = static_cast<float>(1.0 / std::sqrt(sum_sq / d + eps));
+    for (int32_t j = 0; j < d; ++j) out[j] = in[j] * inv;
+    return inv;
+  }
+
+  void add_mlp(const HostHead& h, int32_t rows, const ResidualMlp& mlp) {
+    const int32_t d = h.n_embd, hid = mlp.hidden;
+    mlp_in.resize(a.size());
+    for (int32_t r = 0; r < rows; ++r) {
+      normalize(a.data() + static_cast<size_t>(r) * d, d, h.rms_eps, mlp_in.data() + static_cast<size_t>(r) * d);
+    }
+    const size_t n_hidden = static_cast<size_t>(rows) * hid;
+    gate.resize(n_hidden);
+    up.resize(n_hidden);
+    act.resize(n_hidden);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, hid, d, 1.0f, mlp_in.data(), d, mlp.gate.data(), d,
+                0.0f, gate.data(), hid);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, hid, d, 1.0f, mlp_in.data(), d, mlp.up.data(), d,
+                0.0f, up.data(), hid);
+    for (size_t i = 0; i < n_hidden; ++i) act[i] = silu(gate[i]) * up[i];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, d, hid, 1.0f, act.data(), hid, mlp.down.data(), hid,
+                1.0f, a.data(), d);
   }
 };
 
@@ -150,14 +178,14 @@ TeacherTargets teacher_targets(const HostHead& head, const float* h_last, int64_
 }
 
 HeadFit evaluate_head(const HostHead& head, const float* x, const TeacherTargets& t, const std::vector<float>& w,
-                      const std::vector<float>& b) {
+                      const std::vector<float>& b, const ResidualMlp* mlp) {
   constexpr int32_t kChunk = 64;
   const int64_t n = t.n_rows();
   HeadPass pass;
   HeadFit fit;
   for (int64_t r0 = 0; r0 < n; r0 += kChunk) {
     const auto rows = static_cast<int32_t>(std::min<int64_t>(kChunk, n - r0));
-    pass.run(head, x + r0 * head.n_embd, rows, w, b);
+    pass.run(head, x + r0 * head.n_embd, rows, w, b, mlp);
     for (int32_t r = 0; r < rows; ++r) {
       float* z = pass.z.data() + static_cast<size_t>(r) * head.n_vocab;
       fit.agreement += static_cast<int32_t>(std::max_element(z, z + head.n_vocab) - z) == t.ids[(r0 + r) * t.k];
@@ -168,25 +196,21 @@ HeadFit evaluate_head(const HostHead& head, const float* x, const TeacherTargets
   return fit;
 }
 
-double adapter_loss_grad(const HostHead& head, const float* x, const TeacherTargets& t, const int64_t* target_rows,
-                         int32_t rows, const std::vector<float>& w, const std::vector<float>& b, std::vector<float>* gw,
-                         std::vector<float>* gb) {
+// The mean sparse KL of the pass's rows and its gradient with respect to the final norm's input
+// a, written to `da` [rows, n_embd]: dL/dz over z, dn = dz E, then back through the norm.
+double loss_and_grad_at_norm(const HostHead& head, HeadPass& pass, const TeacherTargets& t, const int64_t* target_rows,
+                             int32_t rows, std::vector<float>* da) {
   const int32_t d = head.n_embd, v = head.n_vocab;
-  thread_local HeadPass pass;
-  thread_local std::vector<float> dn, da;
-  pass.run(head, x, rows, w, b);
-  // dL/dz (mean over the rows), written over z.
+  thread_local std::vector<float> dn;
   double loss = 0;
   for (int32_t r = 0; r < rows; ++r) {
     float* z = pass.z.data() + static_cast<size_t>(r) * v;
     loss += row_loss(t, target_rows[r], z, v, z, 1.0f / rows);
   }
-  // dn = dz E; du = dn * g; da through the RMS norm; dW = da^T x; db = sum of da.
   dn.resize(static_cast<size_t>(rows) * d);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, v, 1.0f, pass.z.data(), v, head.lm_head.data(), d,
               0.0f, dn.data(), d);
-  da.resize(dn.size());
-  gb->assign(d, 0.0f);
+  da->resize(dn.size());
   for (int32_t r = 0; r < rows; ++r) {
     const float* u = pass.u.data() + static_cast<size_t>(r) * d;
     const float* g = dn.data() + static_cast<size_t>(r) * d;
@@ -194,15 +218,118 @@ double adapter_loss_grad(const HostHead& head, const float* x, const TeacherTarg
     for (int32_t j = 0; j < d; ++j) dot += static_cast<double>(g[j] * head.norm[j]) * u[j];
     const auto mean_dot = static_cast<float>(dot / d);
     for (int32_t j = 0; j < d; ++j) {
-      const float value = (g[j] * head.norm[j] - u[j] * mean_dot) * pass.inv_rms[r];
-      da[static_cast<size_t>(r) * d + j] = value;
-      (*gb)[j] += value;
+      (*da)[static_cast<size_t>(r) * d + j] = (g[j] * head.norm[j] - u[j] * mean_dot) * pass.inv_rms[r];
     }
+  }
+  return loss / rows;
+}
+
+double adapter_loss_grad(const HostHead& head, const float* x, const TeacherTargets& t, const int64_t* target_rows,
+                         int32_t rows, const std::vector<float>& w, const std::vector<float>& b, std::vector<float>* gw,
+                         std::vector<float>* gb) {
+  const int32_t d = head.n_embd;
+  thread_local HeadPass pass;
+  thread_local std::vector<float> da;
+  pass.run(head, x, rows, w, b);
+  const double loss = loss_and_grad_at_norm(head, pass, t, target_rows, rows, &da);
+  // dW = da^T x; db = the sum of da's rows.
+  gb->assign(d, 0.0f);
+  for (int32_t r = 0; r < rows; ++r) {
+    for (int32_t j = 0; j < d; ++j) (*gb)[j] += da[static_cast<size_t>(r) * d + j];
   }
   gw->resize(static_cast<size_t>(d) * d);
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, d, rows, 1.0f, da.data(), d, x, d, 0.0f, gw->data(), d);
-  return loss / rows;
+  return loss;
 }
+
+double mlp_loss_grad(const HostHead& head, const float* a, const TeacherTargets& t, const int64_t* target_rows,
+                     int32_t rows, const ResidualMlp& mlp, ResidualMlp* grad) {
+  const int32_t d = head.n_embd, hid = mlp.hidden;
+  thread_local HeadPass pass;
+  thread_local std::vector<float> da, ds;
+  pass.run(head, a, rows, {}, {}, &mlp);
+  const double loss = loss_and_grad_at_norm(head, pass, t, target_rows, rows, &da);
+  // m = a + act D^T: dD = da^T act, d(act) = da D; act = silu(g) u: dg = d(act) u silu'(g),
+  // du = d(act) silu(g); g = n G^T, u = n U^T: dG = dg^T n, dU = du^T n.
+  grad->hidden = hid;
+  grad->gate.resize(mlp.gate.size());
+  grad->up.resize(mlp.up.size());
+  grad->down.resize(mlp.down.size());
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, hid, rows, 1.0f, da.data(), d, pass.act.data(), hid, 0.0f,
+              grad->down.data(), hid);
+  ds.resize(static_cast<size_t>(rows) * hid);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hid, d, 1.0f, da.data(), d, mlp.down.data(), hid, 0.0f,
+              ds.data(), hid);
+  std::vector<float>& dg = pass.gate;  // overwritten in place: the pass is spent
+  std::vector<float>& du = pass.up;
+  for (size_t i = 0; i < ds.size(); ++i) {
+    const float g = dg[i], u = du[i], sig = 1.0f / (1.0f + std::exp(-g));
+    du[i] = ds[i] * g * sig;
+    dg[i] = ds[i] * u * sig * (1.0f + g * (1.0f - sig));
+  }
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, hid, d, rows, 1.0f, dg.data(), hid, pass.mlp_in.data(), d, 0.0f,
+              grad->gate.data(), d);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, hid, d, rows, 1.0f, du.data(), hid, pass.mlp_in.data(), d, 0.0f,
+              grad->up.data(), d);
+  return loss;
+}
+
+namespace {
+
+// Epochs of shuffled mini-batches, the parameters with the best held-out KL kept. `step(rows, n)`
+// trains on n rows (indices into the fit set) and returns their mean loss; `held()` measures the
+// current parameters on the held-out rows; `keep(best)` saves them as the best so far, or (best
+// false) restores the saved ones at the end.
+template <class Step, class Held, class Keep>
+DistillReport run_epochs(const DistillOptions& opt, int64_t n, const TeacherTargets& t_fit, Step step, Held held,
+                         Keep keep) {
+  const auto t0 = Clock::now();
+  DistillReport rep;
+  for (float p : t_fit.probs) rep.teacher_mass += p;
+  rep.teacher_mass /= static_cast<double>(n);
+  HeadFit best = held();
+  rep.held_kl_start = best.kl;
+  rep.held_agreement_start = best.agreement;
+  keep(true);
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(opt.seed);
+  for (int32_t epoch = 0; epoch < opt.epochs; ++epoch) {
+    std::shuffle(order.begin(), order.end(), rng);
+    double fit_loss = 0;
+    for (int64_t s = 0; s < n; s += opt.batch_rows) {
+      const auto rows = static_cast<int32_t>(std::min<int64_t>(opt.batch_rows, n - s));
+      fit_loss += rows * step(order.data() + s, rows);
+      ++rep.steps;
+    }
+    const HeadFit now = held();
+    if (now.kl < best.kl) {
+      best = now;
+      keep(true);
+      rep.best_step = rep.steps;
+    }
+    if (opt.log) {
+      char line[200];
+      std::snprintf(line, sizeof line, "distill: epoch %d/%d: fit KL %.4f, held-out KL %.4f, agreement %.3f (%.1f s)",
+                    epoch + 1, opt.epochs, fit_loss / static_cast<double>(n), now.kl, now.agreement,
+                    std::chrono::duration<double>(Clock::now() - t0).count());
+      opt.log(line);
+    }
+  }
+  keep(false);
+  rep.held_kl_best = best.kl;
+  rep.held_agreement_best = best.agreement;
+  rep.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return rep;
+}
+
+// Copies rows x[order[i]] of width d into out.
+void gather(const float* x, const int64_t* order, int32_t rows, int32_t d, std::vector<float>* out) {
+  out->resize(static_cast<size_t>(rows) * d);
+  for (int32_t r = 0; r < rows; ++r) std::copy_n(x + order[r] * d, d, out->begin() + static_cast<size_t>(r) * d);
+}
+
+}  // namespace
 
 StatusOr<DistillReport> distill_adapter(const HostHead& head, const float* x_fit, const TeacherTargets& t_fit,
                                         const float* x_held, const TeacherTargets& t_held,
@@ -214,17 +341,7 @@ StatusOr<DistillReport> distill_adapter(const HostHead& head, const float* x_fit
   if (opt.epochs < 1 || opt.batch_rows < 1) return invalid_argument("distill_adapter needs epochs and batch_rows >= 1");
   const int64_t n = t_fit.n_rows();
   if (n < 1) return invalid_argument("distill_adapter: no fit rows");
-  const auto t0 = Clock::now();
-  DistillReport rep;
-  for (float p : t_fit.probs) rep.teacher_mass += p;
-  rep.teacher_mass /= static_cast<double>(n);
-  HeadFit best = evaluate_head(head, x_held, t_held, *w, *b);
-  rep.held_kl_start = rep.held_kl_best = best.kl;
-  rep.held_agreement_start = rep.held_agreement_best = best.agreement;
-  std::vector<float> best_w = *w, best_b = *b;
 
-  std::vector<int64_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
   std::mt19937_64 rng(opt.seed);
   // W = W0 + diag(delta) + A B with A [d, r], B [r, d]: the start W0 (the ridge fit) stays
   // exactly reachable (A starts at 0), and 2dr + d parameters instead of d^2 keep a few
@@ -238,54 +355,73 @@ StatusOr<DistillReport> distill_adapter(const HostHead& head, const float* x_fit
   }
   Adam adam_w, adam_b, adam_delta, adam_a, adam_lo_b;
   std::vector<float> xb, gw, gb, g_delta(delta.size()), g_a(lo_a.size()), g_b(lo_b.size());
-  for (int32_t epoch = 0; epoch < opt.epochs; ++epoch) {
-    std::shuffle(order.begin(), order.end(), rng);
-    double fit_loss = 0;
-    for (int64_t s = 0; s < n; s += opt.batch_rows) {
-      const auto rows = static_cast<int32_t>(std::min<int64_t>(opt.batch_rows, n - s));
-      xb.resize(static_cast<size_t>(rows) * d);
-      for (int32_t r = 0; r < rows; ++r) std::copy_n(x_fit + order[s + r] * d, d, xb.begin() + static_cast<size_t>(r) * d);
-      fit_loss += rows * adapter_loss_grad(head, xb.data(), t_fit, order.data() + s, rows, *w, *b, &gw, &gb);
-      adam_b.step(*b, gb, opt.learning_rate);
-      if (rank == 0) {
-        adam_w.step(*w, gw, opt.learning_rate);
-      } else {
-        for (int32_t i = 0; i < d; ++i) g_delta[i] = gw[static_cast<size_t>(i) * d + i];
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d, rank, d, 1.0f, gw.data(), d, lo_b.data(), d, 0.0f,
-                    g_a.data(), rank);  // dA = dW B^T
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rank, d, d, 1.0f, lo_a.data(), rank, gw.data(), d, 0.0f,
-                    g_b.data(), d);  // dB = A^T dW
-        adam_delta.step(delta, g_delta, opt.learning_rate);
-        adam_a.step(lo_a, g_a, opt.learning_rate);
-        adam_lo_b.step(lo_b, g_b, opt.learning_rate);
-        *w = w0;
-        for (int32_t i = 0; i < d; ++i) (*w)[static_cast<size_t>(i) * d + i] += delta[i];
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d, d, rank, 1.0f, lo_a.data(), rank, lo_b.data(), d,
-                    1.0f, w->data(), d);
-      }
-      ++rep.steps;
+  auto step = [&](const int64_t* rows_at, int32_t rows) {
+    gather(x_fit, rows_at, rows, d, &xb);
+    const double loss = adapter_loss_grad(head, xb.data(), t_fit, rows_at, rows, *w, *b, &gw, &gb);
+    adam_b.step(*b, gb, opt.learning_rate);
+    if (rank == 0) {
+      adam_w.step(*w, gw, opt.learning_rate);
+      return loss;
     }
-    const HeadFit held = evaluate_head(head, x_held, t_held, *w, *b);
-    if (held.kl < best.kl) {
-      best = held;
-      best_w = *w;
-      best_b = *b;
-      rep.best_step = rep.steps;
-    }
-    if (opt.log) {
-      char line[200];
-      std::snprintf(line, sizeof line, "distill: epoch %d/%d: fit KL %.4f, held-out KL %.4f, agreement %.3f (%.1f s)",
-                    epoch + 1, opt.epochs, fit_loss / static_cast<double>(n), held.kl, held.agreement,
-                    std::chrono::duration<double>(Clock::now() - t0).count());
-      opt.log(line);
-    }
-  }
-  *w = std::move(best_w);
-  *b = std::move(best_b);
-  rep.held_kl_best = best.kl;
-  rep.held_agreement_best = best.agreement;
-  rep.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  return rep;
+    for (int32_t i = 0; i < d; ++i) g_delta[i] = gw[static_cast<size_t>(i) * d + i];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d, rank, d, 1.0f, gw.data(), d, lo_b.data(), d, 0.0f,
+                g_a.data(), rank);  // dA = dW B^T
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rank, d, d, 1.0f, lo_a.data(), rank, gw.data(), d, 0.0f,
+                g_b.data(), d);  // dB = A^T dW
+    adam_delta.step(delta, g_delta, opt.learning_rate);
+    adam_a.step(lo_a, g_a, opt.learning_rate);
+    adam_lo_b.step(lo_b, g_b, opt.learning_rate);
+    *w = w0;
+    for (int32_t i = 0; i < d; ++i) (*w)[static_cast<size_t>(i) * d + i] += delta[i];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d, d, rank, 1.0f, lo_a.data(), rank, lo_b.data(), d, 1.0f,
+                w->data(), d);
+    return loss;
+  };
+  std::vector<float> best_w, best_b;
+  auto keep = [&](bool best) {
+    if (best) best_w = *w, best_b = *b;
+    else *w = std::move(best_w), *b = std::move(best_b);
+  };
+  return run_epochs(opt, n, t_fit, step, [&] { return evaluate_head(head, x_held, t_held, *w, *b); }, keep);
+}
+
+StatusOr<DistillReport> distill_mlp(const HostHead& head, const float* a_fit, const TeacherTargets& t_fit,
+                                    const float* a_held, const TeacherTargets& t_held, const DistillOptions& opt,
+                                    int32_t hidden, ResidualMlp* mlp) {
+  const int32_t d = head.n_embd;
+  if (hidden < 1) return invalid_argument("distill_mlp needs a hidden width >= 1, got " + std::to_string(hidden));
+  if (opt.epochs < 1 || opt.batch_rows < 1) return invalid_argument("distill_mlp needs epochs and batch_rows >= 1");
+  const int64_t n = t_fit.n_rows();
+  if (n < 1) return invalid_argument("distill_mlp: no fit rows");
+  // Gate and up random, down 0: the MLP adds nothing at the start, so training starts from the
+  // adapter's own head and every step is measured against it.
+  std::mt19937_64 rng(opt.seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f / std::sqrt(static_cast<float>(d)));
+  const size_t size = static_cast<size_t>(hidden) * d;
+  mlp->hidden = hidden;
+  mlp->gate.resize(size);
+  mlp->up.resize(size);
+  for (float& x : mlp->gate) x = normal(rng);
+  for (float& x : mlp->up) x = normal(rng);
+  mlp->down.assign(size, 0.0f);
+
+  Adam adam_gate, adam_up, adam_down;
+  ResidualMlp grad;
+  std::vector<float> ab;
+  auto step = [&](const int64_t* rows_at, int32_t rows) {
+    gather(a_fit, rows_at, rows, d, &ab);
+    const double loss = mlp_loss_grad(head, ab.data(), t_fit, rows_at, rows, *mlp, &grad);
+    adam_gate.step(mlp->gate, grad.gate, opt.learning_rate);
+    adam_up.step(mlp->up, grad.up, opt.learning_rate);
+    adam_down.step(mlp->down, grad.down, opt.learning_rate);
+    return loss;
+  };
+  ResidualMlp best_mlp;
+  auto keep = [&](bool best) {
+    if (best) best_mlp = *mlp;
+    else *mlp = std::move(best_mlp);
+  };
+  return run_epochs(opt, n, t_fit, step, [&] { return evaluate_head(head, a_held, t_held, {}, {}, mlp); }, keep);
 }
 
 }  // namespace helios

@@ -6,9 +6,11 @@
 // kind (optional)}.
 // Tensors (GGML dims order, row length first): exit.<layer>.adapter.weight [n_embd in, n_embd out],
 // exit.<layer>.adapter.bias [n_embd], exit.<layer>.probe.weight [n_embd], exit.<layer>.probe.bias [1],
-// exit.<layer>.curve.prob [k] and exit.<layer>.curve.agreement [k] (optional: the agreement curve).
+// exit.<layer>.curve.prob [k] and exit.<layer>.curve.agreement [k] (optional: the agreement curve),
+// exit.<layer>.mlp.{gate,up} [n_embd in, hidden out] and exit.<layer>.mlp.down [hidden in, n_embd out]
+// (optional: the residual MLP of an "mlp" head).
 // An absent adapter is the identity; an absent probe means the exit has none. The optional parts
-// came later: files without them still load, as heads without a threshold, kind or curve.
+// came later: files without them still load, as heads without a threshold, kind, curve or MLP.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -62,6 +64,14 @@ Status check_head(const ExitHeadParams& head, int32_t n_layer, int32_t n_embd, c
     return invalid_argument(where + layer + ": the agreement curve needs as many shares as probabilities (" +
                             std::to_string(head.curve_prob.size()) + " and " +
                             std::to_string(head.curve_agreement.size()) + "), the probabilities ascending");
+  }
+  const ResidualMlp& mlp = head.mlp;
+  const size_t h = static_cast<size_t>(std::max(mlp.hidden, 0));
+  if (mlp.hidden < 0 || mlp.gate.size() != h * d || mlp.up.size() != h * d || mlp.down.size() != h * d) {
+    return invalid_argument(where + layer + ": MLP of hidden width " + std::to_string(mlp.hidden) + " has " +
+                            std::to_string(mlp.gate.size()) + " gate, " + std::to_string(mlp.up.size()) + " up and " +
+                            std::to_string(mlp.down.size()) + " down weights, expected " + std::to_string(h * d) +
+                            " each");
   }
   if (!head.probe_weight.empty() && head.probe_weight.size() != d) {
     return invalid_argument(where + layer + ": probe has " + std::to_string(head.probe_weight.size()) +
@@ -124,6 +134,21 @@ StatusOr<ExitHeadParams> load_head(const GgufFile& file, int32_t layer, int32_t 
   } else if (file.find_tensor(tensor_name(layer, "curve.agreement"))) {
     return invalid_argument(file.path() + ": tensor '" + tensor_name(layer, "curve.agreement") + "' is present but '" +
                             tensor_name(layer, "curve.prob") + "' is missing");
+  }
+  if (const GgufTensorInfo* gate = file.find_tensor(tensor_name(layer, "mlp.gate")); gate && gate->dims.size() == 2) {
+    const int64_t h = gate->dims[1];
+    if (h < 1 || h > (int64_t{1} << 20)) {
+      return invalid_argument(file.path() + ": tensor '" + tensor_name(layer, "mlp.gate") + "' has hidden width " +
+                              std::to_string(h));
+    }
+    head.mlp.hidden = static_cast<int32_t>(h);
+    HELIOS_ASSIGN_OR_RETURN(head.mlp.gate, read_f32(file, tensor_name(layer, "mlp.gate"), {d, h}));
+    HELIOS_ASSIGN_OR_RETURN(head.mlp.up, read_f32(file, tensor_name(layer, "mlp.up"), {d, h}));
+    HELIOS_ASSIGN_OR_RETURN(head.mlp.down, read_f32(file, tensor_name(layer, "mlp.down"), {h, d}));
+  } else if (file.find_tensor(tensor_name(layer, "mlp.gate")) || file.find_tensor(tensor_name(layer, "mlp.up")) ||
+             file.find_tensor(tensor_name(layer, "mlp.down"))) {
+    return invalid_argument(file.path() + ": exit " + std::to_string(layer) +
+                            ": the MLP needs mlp.gate [n_embd, hidden], mlp.up and mlp.down, all three");
   }
   if (file.find(head_key(layer, "kind"))) {
     HELIOS_ASSIGN_OR_RETURN(head.kind, file.get_string(head_key(layer, "kind")));
@@ -193,6 +218,15 @@ Status save_exit_heads(const ExitHeadSet& set, const std::string& path) {
       HELIOS_RETURN_IF_ERROR(w.add_tensor(tensor_name(head.layer, "probe.bias"), TensorType::kF32, {1},
                                           f32_bytes({head.probe_bias})));
     }
+    if (!head.mlp.empty()) {
+      const int64_t h = head.mlp.hidden;
+      HELIOS_RETURN_IF_ERROR(w.add_tensor(tensor_name(head.layer, "mlp.gate"), TensorType::kF32, {d, h},
+                                          f32_bytes(head.mlp.gate)));
+      HELIOS_RETURN_IF_ERROR(w.add_tensor(tensor_name(head.layer, "mlp.up"), TensorType::kF32, {d, h},
+                                          f32_bytes(head.mlp.up)));
+      HELIOS_RETURN_IF_ERROR(w.add_tensor(tensor_name(head.layer, "mlp.down"), TensorType::kF32, {h, d},
+                                          f32_bytes(head.mlp.down)));
+    }
     if (!head.curve_prob.empty()) {
       const int64_t k = static_cast<int64_t>(head.curve_prob.size());
       HELIOS_RETURN_IF_ERROR(w.add_tensor(tensor_name(head.layer, "curve.prob"), TensorType::kF32, {k},
@@ -243,7 +277,7 @@ StatusOr<ExitHeadSet> load_exit_heads(const std::string& path, const ModelConfig
     HELIOS_ASSIGN_OR_RETURN(ExitHeadParams head, load_head(*file, exit_layer, set.n_embd));
     set.heads.push_back(std::move(head));
     for (const char* part : {"adapter.weight", "adapter.bias", "probe.weight", "probe.bias", "curve.prob",
-                             "curve.agreement"}) {
+                             "curve.agreement", "mlp.gate", "mlp.up", "mlp.down"}) {
       known_tensors.insert(tensor_name(exit_layer, part));
     }
   }

@@ -102,20 +102,35 @@ void Model::head_logits(const float* states, const std::vector<int32_t>& rows, i
   const auto n = static_cast<int32_t>(rows.size());
   backend_.embedding(rows.data(), n, states, c.n_embd, ws.head_in.data());  // gather
   const ExitHead* head = layer < static_cast<int32_t>(exit_heads_.size()) ? exit_heads_[layer].get() : nullptr;
-  const bool adapted = head && layer < c.n_layer && head->adapter.view.data;
+  const bool fitted = head && layer < c.n_layer;
+  const bool adapted = fitted && head->adapter.view.data;
   apply_exit_head(ws.head_in.data(), n, adapted ? &head->adapter.view : nullptr, adapted ? head->bias.data() : nullptr,
-                  ws.head_tmp.data(), ws.logits.data(), vocab);
+                  fitted ? head->mlp.get() : nullptr, ws.head_tmp.data(), ws.logits.data(), vocab);
 }
 
-void Model::apply_exit_head(float* rows, int32_t n, const WeightMatrix* adapter, const float* bias, float* scratch,
-                            float* logits, int32_t vocab) const {
+void Model::apply_exit_head(float* rows, int32_t n, const WeightMatrix* adapter, const float* bias, ExitMlp* mlp,
+                            float* scratch, float* logits, int32_t vocab) const {
   const ModelConfig& c = config_;
   Backend& be = backend_;
-  const float* in = rows;
+  float* in = rows;
   if (adapter) {
     be.matmul(rows, *adapter, n, scratch);
     for (int32_t r = 0; r < n; ++r) be.add(scratch + static_cast<int64_t>(r) * c.n_embd, bias, c.n_embd);
     in = scratch;
+  }
+  // a += down(silu(gate(n)) * up(n)), n = a / rms(a); ExitMlp::kRows rows at a time, in its own buffer.
+  for (int32_t r0 = 0; mlp && r0 < n; r0 += ExitMlp::kRows) {
+    const int32_t m = std::min(ExitMlp::kRows, n - r0);
+    float* a = in + static_cast<int64_t>(r0) * c.n_embd;
+    float* normed = mlp->work.data();                              // [m, n_embd], then the MLP's output
+    float* gate = normed + static_cast<int64_t>(m) * c.n_embd;     // [m, hidden]
+    float* up = gate + static_cast<int64_t>(m) * mlp->hidden;      // [m, hidden]
+    be.rmsnorm(a, mlp->ones.data(), m, c.n_embd, c.rms_eps, normed);
+    be.matmul(normed, mlp->gate.view, m, gate);
+    be.matmul(normed, mlp->up.view, m, up);
+    be.swiglu(gate, up, static_cast<int64_t>(m) * mlp->hidden, gate);
+    be.matmul(gate, mlp->down.view, m, normed);
+    be.add(a, normed, static_cast<int64_t>(m) * c.n_embd);
   }
   be.rmsnorm(in, weights_.output_norm.data(), n, c.n_embd, c.rms_eps, rows);
   WeightMatrix head = weights_.output.view;

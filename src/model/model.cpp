@@ -90,6 +90,27 @@ Status Model::set_exits(const std::vector<int32_t>& exit_layers, const ExitHeadS
   return ok_status();
 }
 
+StatusOr<std::shared_ptr<ExitMlp>> ExitMlp::upload(Backend& backend, const ResidualMlp& mlp, int32_t n_embd,
+                                                    const std::string& name) {
+  const auto h = static_cast<size_t>(mlp.hidden), d = static_cast<size_t>(n_embd);
+  if (mlp.hidden < 1 || mlp.gate.size() != h * d || mlp.up.size() != h * d || mlp.down.size() != h * d) {
+    return invalid_argument(name + ": an MLP of hidden width " + std::to_string(mlp.hidden) +
+                            " needs gate and up [hidden, n_embd] and down [n_embd, hidden] (n_embd " +
+                            std::to_string(n_embd) + ")");
+  }
+  auto out = std::make_shared<ExitMlp>();
+  out->hidden = mlp.hidden;
+  HELIOS_ASSIGN_OR_RETURN(out->gate, upload_matrix(backend, name + ".gate", mlp.gate.data(), mlp.hidden, n_embd));
+  HELIOS_ASSIGN_OR_RETURN(out->up, upload_matrix(backend, name + ".up", mlp.up.data(), mlp.hidden, n_embd));
+  HELIOS_ASSIGN_OR_RETURN(out->down, upload_matrix(backend, name + ".down", mlp.down.data(), n_embd, mlp.hidden));
+  out->ones = Buffer(&backend, d);
+  out->work = Buffer(&backend, static_cast<size_t>(kRows) * (d + 2 * h));
+  if (out->ones.empty() || out->work.empty()) return resource_exhausted("no backend memory for " + name);
+  const std::vector<float> ones(d, 1.0f);
+  backend.upload(out->ones.data(), ones.data(), d);
+  return out;
+}
+
 StatusOr<Model::ExitHeads> Model::make_exit_heads(int32_t depth, const std::vector<int32_t>& exit_layers,
                                                   const ExitHeadSet* fitted) const {
   const ModelConfig& c = config_;
@@ -116,6 +137,10 @@ StatusOr<Model::ExitHeads> Model::make_exit_heads(int32_t depth, const std::vect
         head->bias = Buffer(&backend_, c.n_embd);
         if (head->bias.empty()) return resource_exhausted("no backend memory for " + name);
         backend_.upload(head->bias.data(), params->adapter_bias.data(), c.n_embd);
+      }
+      if (!params->mlp.empty()) {
+        HELIOS_ASSIGN_OR_RETURN(head->mlp, ExitMlp::upload(backend_, params->mlp, c.n_embd,
+                                                           "exit." + std::to_string(layer) + ".mlp"));
       }
     }
     head->params.layer = layer;

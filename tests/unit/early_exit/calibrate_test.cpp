@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 
 #include "helios/calibrate.h"
@@ -223,33 +224,43 @@ TEST(Calibrate, HeldOutAgreementBeatsTheLogitLensAndTheProbeBeatsTheBaseRate) {
   EXPECT_GT(c.result.exits[0].adapter_agreement, c.result.exits[0].lens_agreement + 0.05);
 }
 
+// The held-out sequence 4 through the model with its exit heads as set, leaving at `layer`
+// (fixed depth): each row's top-1. Its rows of the collected states start at *first_row.
+std::vector<int32_t> fixed_depth_top1(Calibrated& c, int32_t layer, int64_t* first_row) {
+  Model& m = *c.s.model;
+  const auto& seq = c.sequences[4];
+  auto kv = KvCacheStorage::create(m.backend(), m.config(), 8, 16);
+  EXPECT_TRUE(kv.ok());
+  BlockAllocator alloc(8);
+  BlockTable table;
+  EXPECT_TRUE(reserve_tokens(alloc, table, static_cast<int32_t>(seq.size()), 16));
+  ForwardBatch fixed;
+  fixed.seqs.push_back({seq, 0, &table, LogitsWanted::kAll, ExitRule{ExitPolicy::kFixedDepth}});
+  fixed.seqs[0].exit.depth = layer;
+  auto fr = m.forward(fixed, *kv);
+  EXPECT_TRUE(fr.ok()) << fr.status().to_string();
+  std::vector<int32_t> top1;
+  for (size_t i = 0; fr.ok() && i < seq.size(); ++i) {
+    EXPECT_EQ(fr->row_exit_layer[i], layer);
+    top1.push_back(argmax(fr->row(i), fr->n_vocab));
+  }
+  *first_row = std::find(c.data.sequence.begin(), c.data.sequence.end(), 4) - c.data.sequence.begin();
+  return top1;
+}
+
 TEST(Calibrate, HostExitHeadMatchesTheForwardPassExitHead) {
   Calibrated& c = Calibrated::get();
   Model& m = *c.s.model;
   ASSERT_TRUE(m.set_exits({1, 2, 3, 4}, &c.result.heads).ok());
-  const auto& seq = c.sequences[4];  // held out
-  auto kv = KvCacheStorage::create(m.backend(), m.config(), 8, 16);
-  ASSERT_TRUE(kv.ok());
-  BlockAllocator alloc(8);
-  BlockTable table;
-  ASSERT_TRUE(reserve_tokens(alloc, table, static_cast<int32_t>(seq.size()), 16));
   for (int32_t layer : {1, 3}) {
-    ForwardBatch fixed;
-    fixed.seqs.push_back({seq, 0, &table, LogitsWanted::kAll, ExitRule{ExitPolicy::kFixedDepth}});
-    fixed.seqs[0].exit.depth = layer;
-    auto fr = m.forward(fixed, *kv);
-    ASSERT_TRUE(fr.ok()) << fr.status().to_string();
+    int64_t first = 0;
+    const std::vector<int32_t> forward_top1 = fixed_depth_top1(c, layer, &first);
+    const auto n = static_cast<int64_t>(forward_top1.size());
     const ExitHeadParams* h = c.result.heads.find(layer);
-    const int64_t n = static_cast<int64_t>(seq.size());
-    const int64_t first = static_cast<int64_t>(std::find(c.data.sequence.begin(), c.data.sequence.end(), 4) -
-                                               c.data.sequence.begin());
     auto top1 = exit_head_top1(m, c.data.at(layer).data() + first * 64, n, h->adapter_weight, h->adapter_bias);
     ASSERT_TRUE(top1.ok()) << top1.status().to_string();
     int64_t same = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      EXPECT_EQ(fr->row_exit_layer[i], layer);
-      same += (*top1)[i] == argmax(fr->row(i), fr->n_vocab);
-    }
+    for (int64_t i = 0; i < n; ++i) same += (*top1)[i] == forward_top1[i];
     EXPECT_GE(same, n - 1) << "layer " << layer << ": the calibration's head must be the one forward runs";
   }
   ExitRule probe{ExitPolicy::kPerToken, ConfidenceMeasure::kProbe, 0.5f};
@@ -298,6 +309,61 @@ TEST(Calibrate, DistilledHeadsAndAgreementCurves) {
   EXPECT_TRUE(m.check_exit_rule(rule).ok());
   ASSERT_TRUE(m.set_exits({1, 2, 3, 4}, nullptr).ok());  // identity heads have no curve
   EXPECT_FALSE(m.check_exit_rule(rule).ok());
+}
+
+// The residual-MLP head: trained after the distilled adapter, kept when forced, recorded in the
+// sidecar, and run by the forward pass exactly as calibration measured it.
+TEST(Calibrate, MlpHeadIsTheOneForwardRuns) {
+  Calibrated& c = Calibrated::get();
+  CalibrationOptions opt;
+  opt.distill = true;
+  opt.distill_epochs = 2;
+  opt.mlp_hidden = 64;
+  opt.head = "mlp";
+  auto result = fit_exit_heads(*c.s.model, c.data, opt);
+  ASSERT_TRUE(result.ok()) << result.status().to_string();
+  for (const ExitCalibration& e : result->exits) {
+    SCOPED_TRACE("layer " + std::to_string(e.layer));
+    EXPECT_EQ(e.kept, "mlp");
+    ASSERT_GE(e.mlp_agreement, 0.0);
+    EXPECT_LE(e.mlp_kl_best, e.mlp_kl_start);
+    // It starts from the distilled head (its down projection is zero then).
+    EXPECT_NEAR(e.mlp_kl_start, e.distill_kl_best, 1e-3);
+    const ExitHeadParams* h = result->heads.find(e.layer);
+    ASSERT_NE(h, nullptr);
+    EXPECT_EQ(h->mlp.hidden, 64);
+    EXPECT_FLOAT_EQ(h->agreement, static_cast<float>(e.mlp_agreement));
+  }
+  // Through the sidecar and into the forward pass: fixed-depth logits are the MLP head's.
+  const std::string path = testing::temp_dir() + "/mlp.exits.gguf";
+  ASSERT_TRUE(save_exit_heads(result->heads, path).ok());
+  auto loaded = load_exit_heads(path, c.s.model->config());
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  Model& m = *c.s.model;
+  ASSERT_TRUE(m.set_exits({1, 2, 3, 4}, &*loaded).ok());
+  for (int32_t layer : {1, 3}) {
+    int64_t first = 0;
+    const std::vector<int32_t> forward_top1 = fixed_depth_top1(c, layer, &first);
+    const auto n = static_cast<int64_t>(forward_top1.size());
+    const ExitHeadParams* h = loaded->find(layer);
+    const float* rows = c.data.at(layer).data() + first * 64;
+    std::vector<float> with_prob, without_prob;
+    auto with_mlp = exit_head_top1(m, rows, n, h->adapter_weight, h->adapter_bias, &with_prob, &h->mlp);
+    auto without = exit_head_top1(m, rows, n, h->adapter_weight, h->adapter_bias, &without_prob);
+    ASSERT_TRUE(with_mlp.ok() && without.ok());
+    int64_t same = 0;
+    double prob_gap = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      same += (*with_mlp)[i] == forward_top1[i];
+      prob_gap += std::fabs(with_prob[i] - without_prob[i]);
+    }
+    EXPECT_GE(same, n - 1) << "layer " << layer << ": the calibration's MLP head must be the one forward runs";
+    EXPECT_GT(prob_gap / n, 1e-3) << "layer " << layer << ": the MLP changes the head's output";
+  }
+  ASSERT_TRUE(m.set_exits({1, 2, 3, 4}, nullptr).ok());
+  CalibrationOptions bad;
+  bad.head = "mlp";  // without a hidden width
+  EXPECT_FALSE(fit_exit_heads(*c.s.model, c.data, bad).ok());
 }
 
 // A forced head kind is kept at every exit whatever it scores, with its own agreement recorded,

@@ -59,9 +59,13 @@ ExitHeadSet sample_set() {
   full_head.agreement = 0.6f;
   full_head.probe_accuracy = 0.9f;
   full_head.n_tokens = (int64_t{1} << 33) + 7;  // more than 32 bits
-  full_head.kind = "distilled";
   full_head.curve_prob = {0.1f, 0.5f, 0.9f};
   full_head.curve_agreement = {0.3f, 0.7f, 0.97f};
+  full_head.kind = "mlp";
+  full_head.mlp.hidden = 5;  // hidden != n_embd, so a swapped shape would show
+  full_head.mlp.gate = random_floats(5 * kEmbd, 7);
+  full_head.mlp.up = random_floats(5 * kEmbd, 8);
+  full_head.mlp.down = random_floats(5 * kEmbd, 9);
   ExitHeadParams probeless_head;
   probeless_head.layer = 5;
   probeless_head.adapter_weight = random_floats(kEmbd * kEmbd, 5);
@@ -142,7 +146,39 @@ TEST(SidecarExitHeads, RoundTripIsBitExact) {
     EXPECT_EQ(b.kind, a.kind);
     expect_same_bits(b.curve_prob, a.curve_prob);
     expect_same_bits(b.curve_agreement, a.curve_agreement);
+    EXPECT_EQ(b.mlp.hidden, a.mlp.hidden);
+    expect_same_bits(b.mlp.gate, a.mlp.gate);
+    expect_same_bits(b.mlp.up, a.mlp.up);
+    expect_same_bits(b.mlp.down, a.mlp.down);
   }
+}
+
+// The residual MLP's tensors come as a set of three with matching shapes; anything else names
+// what is wrong.
+TEST(SidecarExitHeads, AnIncompleteOrMisshapenMlpIsRejected) {
+  GgufWriter w = minimal_writer();
+  ASSERT_TRUE(w.add_tensor("exit.2.mlp.gate", TensorType::kF32, {kEmbd, 3}, f32_bytes(random_floats(3 * kEmbd, 1))).ok());
+  ASSERT_TRUE(w.add_tensor("exit.2.mlp.up", TensorType::kF32, {kEmbd, 3}, f32_bytes(random_floats(3 * kEmbd, 2))).ok());
+  Status s = load_written(w, "half_mlp.exits.gguf");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("mlp.down"), std::string::npos) << s.message();
+
+  GgufWriter transposed = minimal_writer();
+  for (const char* part : {"gate", "up"}) {
+    ASSERT_TRUE(transposed.add_tensor(std::string("exit.2.mlp.") + part, TensorType::kF32, {kEmbd, 3},
+                                      f32_bytes(random_floats(3 * kEmbd, 3))).ok());
+  }
+  ASSERT_TRUE(transposed.add_tensor("exit.2.mlp.down", TensorType::kF32, {kEmbd, 3},
+                                    f32_bytes(random_floats(3 * kEmbd, 4))).ok());
+  s = load_written(transposed, "transposed_mlp.exits.gguf");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("exit.2.mlp.down"), std::string::npos) << s.message();
+
+  ExitHeadSet set = sample_set();
+  set.heads[1].mlp.down.pop_back();
+  const Status saved = save_exit_heads(set, temp_path("bad_mlp.exits.gguf"));
+  ASSERT_FALSE(saved.ok());
+  EXPECT_NE(saved.message().find("MLP"), std::string::npos) << saved.message();
 }
 
 // Files written before heads had a kind and an agreement curve load with the kind their adapter
