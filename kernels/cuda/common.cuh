@@ -1,6 +1,7 @@
 // Helpers shared by the kernels: warp and block reductions, launch status.
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -46,6 +47,13 @@ __device__ inline float block_max(float v, float* scratch) {
   const float m = lane < n_warps ? scratch[lane] : -INFINITY;
   return warp_max(m);
 }
+
+// KV cache elements: f32, or f16 converted on load and rounded to nearest even on store (as the
+// CPU twin's fp32_to_fp16 and F16C do).
+__device__ __forceinline__ float load_kv(const float* p) { return *p; }
+__device__ __forceinline__ float load_kv(const __half* p) { return __half2float(*p); }
+__device__ __forceinline__ void store_kv(float* p, float x) { *p = x; }
+__device__ __forceinline__ void store_kv(__half* p, float x) { *p = __float2half_rn(x); }
 
 // A float's bits as an unsigned key with the same order (larger float → larger key).
 __device__ __forceinline__ uint32_t order_key(float f) {

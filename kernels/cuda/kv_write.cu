@@ -1,17 +1,18 @@
-// KV write: each token's K and V rows into its cache slot. One block per token.
+// KV write: each token's K and V rows into its cache slot, as f32 or f16. One block per token.
 #include "kernels/cuda/common.cuh"
 #include "kernels/kernels.h"
 
 namespace helios::kernels {
 namespace {
 
-__global__ void kv_write_kernel(const float* k, const float* v, const int32_t* slots, int64_t row,
-                                float* cache_k, float* cache_v) {
+template <typename T>
+__global__ void kv_write_kernel(const float* k, const float* v, const int32_t* slots, int64_t row, T* cache_k,
+                                T* cache_v) {
   const int64_t src = static_cast<int64_t>(blockIdx.x) * row;
   const int64_t dst = static_cast<int64_t>(slots[blockIdx.x]) * row;
   for (int64_t i = threadIdx.x; i < row; i += blockDim.x) {
-    cache_k[dst + i] = k[src + i];
-    cache_v[dst + i] = v[src + i];
+    cuda::store_kv(cache_k + dst + i, k[src + i]);
+    cuda::store_kv(cache_v + dst + i, v[src + i]);
   }
 }
 
@@ -20,10 +21,20 @@ __global__ void kv_write_kernel(const float* k, const float* v, const int32_t* s
 int launch_kv_write(const float* k, const float* v, const int32_t* slots, int32_t n_tokens,
                     const PagedKV& cache, void* stream) {
   if (n_tokens <= 0) return 0;
-  if (cache.type != KvType::kF32) return static_cast<int>(cudaErrorInvalidValue);  // f32 caches only
   const int64_t row = static_cast<int64_t>(cache.n_kv_heads) * cache.head_dim;
-  kv_write_kernel<<<n_tokens, 128, 0, cuda::as_stream(stream)>>>(k, v, slots, row, static_cast<float*>(cache.k),
-                                                                   static_cast<float*>(cache.v));
+  const cudaStream_t s = cuda::as_stream(stream);
+  switch (cache.type) {
+    case KvType::kF32:
+      kv_write_kernel<<<n_tokens, 128, 0, s>>>(k, v, slots, row, static_cast<float*>(cache.k),
+                                                static_cast<float*>(cache.v));
+      break;
+    case KvType::kF16:
+      kv_write_kernel<<<n_tokens, 128, 0, s>>>(k, v, slots, row, static_cast<__half*>(cache.k),
+                                                static_cast<__half*>(cache.v));
+      break;
+    default:
+      return static_cast<int>(cudaErrorInvalidValue);
+  }
   return cuda::launch_status();
 }
 

@@ -2,9 +2,11 @@
 // along the context (flash-decoding): block (token, kv_head, split) serves the `group` query heads
 // that share the KV head, so each K/V row is read once for all of them. Within a split, positions
 // go in tiles of kTile with an online softmax; with more than one split, each writes its
-// unnormalised output and (max, sum) to the workspace and combine_kernel merges them.
+// unnormalised output and (max, sum) to the workspace and combine_kernel merges them. The cache is
+// f32 or f16 (read directly, converted in registers).
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/kernels.h"
@@ -44,10 +46,11 @@ size_t shared_bytes(int32_t group, int32_t head_dim) {
          sizeof(int32_t) * kTile;
 }
 
+template <typename T>  // the cache's element: float or __half
 struct AttentionArgs {
   const float* q;           // [n_tokens, n_heads, head_dim]
-  const float* k_cache;     // [n_blocks, block_size, n_kv_heads, head_dim]
-  const float* v_cache;
+  const T* k_cache;         // [n_blocks, block_size, n_kv_heads, head_dim]
+  const T* v_cache;
   const int32_t* token_seq;
   const int32_t* positions;
   const int32_t* block_tables;
@@ -64,7 +67,8 @@ struct AttentionArgs {
   float* part_ml;    // [n_tokens * n_heads, n_splits, 2]: running max, sum of exponentials
 };
 
-__global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
+template <typename T>
+__global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs<T> a) {
   const int32_t t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
   const int32_t hd = a.head_dim, group = a.n_heads / a.n_kv_heads, gh = group * hd;
   const int32_t h0 = kvh * group;  // first query head of this KV head
@@ -90,8 +94,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   }
   const int32_t* table = a.block_tables + static_cast<int64_t>(a.token_seq[t]) * a.max_blocks_per_seq;
   const int64_t kv_row = static_cast<int64_t>(a.n_kv_heads) * hd;
-  const float* k_head = a.k_cache + static_cast<int64_t>(kvh) * hd;
-  const float* v_head = a.v_cache + static_cast<int64_t>(kvh) * hd;
+  const T* k_head = a.k_cache + static_cast<int64_t>(kvh) * hd;
+  const T* v_head = a.v_cache + static_cast<int64_t>(kvh) * hd;
 
   // V accumulation: thread → (slice of the tile's positions, up to kMaxItemsPerThread (g, d) items).
   const int32_t stride_items = min(gh, static_cast<int32_t>(blockDim.x));
@@ -111,10 +115,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
     __syncthreads();
     // scores: one warp per position, lanes across head_dim
     for (int32_t j = warp; j < tile_n; j += n_warps) {
-      const float* kp = k_head + slot_s[j] * kv_row;
+      const T* kp = k_head + slot_s[j] * kv_row;
       for (int32_t g = 0; g < group; ++g) {
         float s = 0.0f;
-        for (int32_t d = lane; d < hd; d += 32) s += q_s[g * hd + d] * kp[d];
+        for (int32_t d = lane; d < hd; d += 32) s += q_s[g * hd + d] * cuda::load_kv(kp + d);
         s = cuda::warp_sum(s);
         if (lane == 0) scores[g * kTile + j] = s * a.scale;
       }
@@ -150,7 +154,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
           const int32_t g = item / hd, d = item % hd;
           float o = acc[c] * alpha_s[g];
           const float* sg = scores + g * kTile;
-          for (int32_t j = slice; j < tile_n; j += n_slices) o += sg[j] * v_head[slot_s[j] * kv_row + d];
+          for (int32_t j = slice; j < tile_n; j += n_slices) o += sg[j] * cuda::load_kv(v_head + slot_s[j] * kv_row + d);
           acc[c] = o;
         }
       }
@@ -220,7 +224,7 @@ int launch_paged_attention(const float* q, const PagedKV& cache, const Attention
                            float* out, void* stream) {
   if (plan.n_tokens <= 0) return 0;
   if (cache.n_kv_heads <= 0 || n_heads % cache.n_kv_heads != 0 || max_context <= 0 ||
-      cache.head_dim <= 0 || cache.type != KvType::kF32) {
+      cache.head_dim <= 0 || (cache.type != KvType::kF32 && cache.type != KvType::kF16)) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   const int32_t group = n_heads / cache.n_kv_heads;
@@ -231,16 +235,25 @@ int launch_paged_attention(const float* q, const PagedKV& cache, const Attention
   const Split s = plan_splits(plan.n_tokens, cache.n_kv_heads, max_context);
   if (s.n > 1 && workspace == nullptr) return static_cast<int>(cudaErrorInvalidValue);
   const int64_t n_items = static_cast<int64_t>(plan.n_tokens) * n_heads;
-  AttentionArgs a{q, static_cast<const float*>(cache.k), static_cast<const float*>(cache.v), plan.token_seq, plan.positions, plan.block_tables,
-                  plan.max_blocks_per_seq, cache.block_size, n_heads, cache.n_kv_heads,
-                  cache.head_dim, scale, s.len, s.n, out, workspace,
-                  workspace ? workspace + n_items * s.n * cache.head_dim : nullptr};
+  float* part_out = workspace;
+  float* part_ml = workspace ? workspace + n_items * s.n * cache.head_dim : nullptr;
   const dim3 grid(plan.n_tokens, cache.n_kv_heads, s.n);
-  attention_kernel<<<grid, kThreads, smem, cuda::as_stream(stream)>>>(a);
+  const cudaStream_t st = cuda::as_stream(stream);
+  auto launch = [&](auto* k_cache, auto* v_cache) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(k_cache)>>;
+    AttentionArgs<T> a{q, k_cache, v_cache, plan.token_seq, plan.positions, plan.block_tables,
+                       plan.max_blocks_per_seq, cache.block_size, n_heads, cache.n_kv_heads,
+                       cache.head_dim, scale, s.len, s.n, out, part_out, part_ml};
+    attention_kernel<T><<<grid, kThreads, smem, st>>>(a);
+  };
+  if (cache.type == KvType::kF16) {
+    launch(static_cast<const __half*>(cache.k), static_cast<const __half*>(cache.v));
+  } else {
+    launch(static_cast<const float*>(cache.k), static_cast<const float*>(cache.v));
+  }
   if (const int err = cuda::launch_status(); err != 0 || s.n == 1) return err;
   const int threads = std::min(256, (cache.head_dim + 31) / 32 * 32);
-  combine_kernel<<<static_cast<unsigned>(n_items), threads, 0, cuda::as_stream(stream)>>>(
-      a.part_out, a.part_ml, s.n, cache.head_dim, out);
+  combine_kernel<<<static_cast<unsigned>(n_items), threads, 0, st>>>(part_out, part_ml, s.n, cache.head_dim, out);
   return cuda::launch_status();
 }
 

@@ -3,6 +3,7 @@
 // contexts long enough for the split-context path. Cache slots no token writes hold NaN: reading
 // one would poison the output.
 // Tolerance: 2e-5 relative + 2e-6 absolute: softmax weights and sums in float, in another order.
+// Both f32 and f16 caches.
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -26,7 +27,13 @@ struct SeqSpec {
   int32_t cached, new_tokens;
 };
 
-void check_attention(const Shape& sh, const std::vector<SeqSpec>& seqs, uint32_t seed) {
+// The cache's elements: f32, or f16 stored as 16-bit words (2 to a float of the arrays below).
+int64_t cache_floats_of(int64_t elements, kernels::KvType type) {
+  return type == kernels::KvType::kF16 ? (elements + 1) / 2 : elements;
+}
+
+void check_attention(const Shape& sh, const std::vector<SeqSpec>& seqs, uint32_t seed,
+                     kernels::KvType type = kernels::KvType::kF32) {
   const int32_t block_size = 16;
   int32_t max_blocks = 1, total_blocks = 0;
   for (const auto& s : seqs) {
@@ -64,19 +71,28 @@ void check_attention(const Shape& sh, const std::vector<SeqSpec>& seqs, uint32_t
   const auto k = normal_floats(n_all * kv_row, seed + 1), v = normal_floats(n_all * kv_row, seed + 2);
   const auto q = normal_floats(static_cast<size_t>(n_tokens) * sh.n_heads * sh.head_dim, seed + 3);
 
-  const size_t cache_floats = static_cast<size_t>(n_blocks) * block_size * kv_row;
-  std::vector<float> k_cache(cache_floats, NAN), v_cache(cache_floats, NAN);
-  kernels::PagedKV host_cache{k_cache.data(), v_cache.data(), n_blocks, block_size, sh.n_kv_heads, sh.head_dim};
+  // NaN padding: an f32 NaN, or two f16 NaNs (0x7E00) in each 32-bit word.
+  const size_t cache_floats = cache_floats_of(static_cast<int64_t>(n_blocks) * block_size * kv_row, type);
+  float pad = NAN;
+  if (type == kernels::KvType::kF16) {
+    const uint32_t two_halves = 0x7E007E00u;
+    std::memcpy(&pad, &two_halves, sizeof pad);
+  }
+  std::vector<float> k_cache(cache_floats, pad), v_cache(cache_floats, pad);
+  kernels::PagedKV host_cache{k_cache.data(), v_cache.data(), n_blocks, block_size, sh.n_kv_heads, sh.head_dim, type};
   kernels::ref_kv_write(k.data(), v.data(), all_slots.data(), n_all, host_cache);
 
-  DeviceArray<float> d_k(k), d_v(v), d_q(q), d_kc(std::vector<float>(cache_floats, NAN)),
-      d_vc(std::vector<float>(cache_floats, NAN));
+  DeviceArray<float> d_k(k), d_v(v), d_q(q), d_kc(std::vector<float>(cache_floats, pad)),
+      d_vc(std::vector<float>(cache_floats, pad));
   DeviceArray<int32_t> d_all_slots(all_slots), d_seq(token_seq), d_pos(positions), d_tables(tables);
-  kernels::PagedKV dev_cache{d_kc.get(), d_vc.get(), n_blocks, block_size, sh.n_kv_heads, sh.head_dim};
+  kernels::PagedKV dev_cache{d_kc.get(), d_vc.get(), n_blocks, block_size, sh.n_kv_heads, sh.head_dim, type};
   ASSERT_EQ(kernels::launch_kv_write(d_k.get(), d_v.get(), d_all_slots.get(), n_all, dev_cache, nullptr), 0);
   // The cache is bit-identical, NaN padding included (compared as bits).
   const auto got_k = d_kc.to_host();
-  ASSERT_EQ(0, std::memcmp(got_k.data(), k_cache.data(), cache_floats * sizeof(float))) << "kv_write K";
+  ASSERT_EQ(0, std::memcmp(got_k.data(), k_cache.data(), cache_floats * sizeof(float)))
+      << "kv_write K (" << (type == kernels::KvType::kF16 ? "f16" : "f32") << ")";
+  const auto got_v = d_vc.to_host();
+  ASSERT_EQ(0, std::memcmp(got_v.data(), v_cache.data(), cache_floats * sizeof(float))) << "kv_write V";
 
   const kernels::AttentionPlan host_plan{n_tokens, token_seq.data(), positions.data(), tables.data(), max_blocks};
   const kernels::AttentionPlan dev_plan{n_tokens, d_seq.get(), d_pos.get(), d_tables.get(), max_blocks};
@@ -91,7 +107,8 @@ void check_attention(const Shape& sh, const std::vector<SeqSpec>& seqs, uint32_t
   ASSERT_EQ(kernels::launch_paged_attention(d_q.get(), dev_cache, dev_plan, sh.n_heads, scale, max_context,
                                             ws_floats ? d_ws.get() : nullptr, d_out.get(), nullptr), 0);
   EXPECT_TRUE(all_near(d_out.to_host(), want, 2e-5f, 2e-6f))
-      << "heads " << sh.n_heads << "/" << sh.n_kv_heads << " head_dim " << sh.head_dim << " tokens " << n_tokens
+      << (type == kernels::KvType::kF16 ? "f16 " : "f32 ") << "heads " << sh.n_heads << "/" << sh.n_kv_heads
+      << " head_dim " << sh.head_dim << " tokens " << n_tokens
       << " max context " << max_context << " splits workspace " << ws_floats;
 }
 
@@ -111,6 +128,18 @@ TEST(GpuParity, PagedAttentionPrefillAndMixedBatchesMatchTheCpuTwin) {
     check_attention(sh, {{0, 37}}, 4);                            // a whole prompt
     check_attention(sh, {{48, 33}, {0, 5}, {700, 1}, {15, 1}}, 5);  // a chunk, a prompt, decodes
     check_attention(sh, {{1000, 300}}, 6);                        // a long chunk after a long cache
+  }
+}
+
+// An f16 cache: kv_write rounds as the CPU twin does (to nearest even: the same bits), and
+// attention reads the same halves, converted, so it keeps the f32 tolerance.
+TEST(GpuParity, PagedAttentionWithAnF16CacheMatchesTheCpuTwin) {
+  HELIOS_REQUIRE_GPU();
+  for (const Shape& sh : {Shape{8, 4, 8}, Shape{9, 3, 64}, Shape{32, 8, 128}, Shape{16, 2, 64}}) {
+    check_attention(sh, {{0, 1}}, 11, kernels::KvType::kF16);
+    check_attention(sh, {{16, 1}, {17, 1}, {300, 1}}, 12, kernels::KvType::kF16);
+    check_attention(sh, {{4100, 1}}, 13, kernels::KvType::kF16);  // the split path
+    check_attention(sh, {{48, 33}, {0, 5}, {700, 1}, {15, 1}}, 14, kernels::KvType::kF16);
   }
 }
 

@@ -55,6 +55,9 @@ class CudaBackend final : public Backend {
   bool supports_weight_type(TensorType type) const override {
     return type == TensorType::kF32 || type == TensorType::kF16;
   }
+  bool supports_kv_type(kernels::KvType type) const override {  // f16 halves the cache and its reads
+    return type == kernels::KvType::kF32 || type == kernels::KvType::kF16;
+  }
 
   void embedding(const int32_t* tokens, int32_t n_tokens, const float* table, int32_t dim,
                  float* out) override;
