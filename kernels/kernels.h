@@ -206,6 +206,14 @@ int launch_add(float* x, const float* y, int64_t n, void* stream);
 int launch_matmul_f16(const float* x, const uint16_t* w, int32_t n_rows, int32_t n_in,
                       int32_t n_out, float* y, void* stream);
 int launch_f32_to_f16(const float* x, int64_t n, uint16_t* out, void* stream);
+// Quantized weights in their GGUF blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; n_in a
+// multiple of the block): y[r, o] = dot(dequantize(w[o]), x[r]) with f32 activations, for few rows
+// (decode: each weight byte read once per 8 rows). CPU twin: dequantize_row, then ref_matmul.
+int launch_matmul_quant(uint32_t weight_type, const float* x, const void* w, int32_t n_rows, int32_t n_in,
+                        int32_t n_out, float* y, void* stream);
+// out[n_rows, n_in] = the rows dequantized and rounded to f16 (for a cuBLAS product of many rows).
+int launch_dequantize_f16(uint32_t weight_type, const void* w, int32_t n_rows, int32_t n_in, uint16_t* out,
+                          void* stream);
 int launch_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,
                       float* top1_prob, float* margin, float* entropy, void* stream);
 

@@ -2,6 +2,7 @@
 // decision ops against the defaults, and the whole forward pass of stories260K on cuda vs cpu.
 // Tolerances: F32 matmul 1e-5 · Σ|w·x| (cuBLAS SGEMM, no TF32); F16 up to 8 rows as the F16
 // kernel test; F16 above 8 rows 2e-3 · Σ|w·x| (cuBLAS rounds the activations to half);
+// quantized as F16 (the same dequantized values; above 8 rows they are rounded to half too);
 // forward logits 1e-3 absolute on logits of magnitude ~10; greedy tokens identical.
 #include <cmath>
 #include <filesystem>
@@ -63,6 +64,37 @@ TEST(CudaBackend, MatmulMatchesTheReference) {
     got = backend_matmul(*be, x, wh.data(), wh.size() * 2, TensorType::kF16, n_rows, n_in, n_out);
     const float rel = n_rows <= 8 ? 1e-5f : 2e-3f;
     for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], rel * bound[i]) << "F16 rows " << n_rows;
+  }
+}
+
+// Quantized weights through the backend: the matrix-vector kernel up to 8 rows, then slices of
+// 16384 weight rows dequantized to f16 for cuBLAS (n_out past one slice, so two run).
+TEST(CudaBackend, QuantizedMatmulMatchesTheDequantizedReference) {
+  HELIOS_REQUIRE_GPU();
+  auto be = cuda_backend();
+  ASSERT_NE(be, nullptr);
+  const int32_t n_in = 256, n_out = 16400;
+  for (const TensorType type : {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K}) {
+    ASSERT_TRUE(be->supports_weight_type(type));
+    const auto w = normal_floats(static_cast<size_t>(n_out) * n_in, 51, 0.05f);
+    const int64_t row_bytes = tensor_row_bytes(type, n_in);
+    std::vector<uint8_t> q(static_cast<size_t>(row_bytes) * n_out);
+    std::vector<float> values(w.size()), values_abs(w.size());
+    ASSERT_TRUE(quantize_row(type, w.data(), q.data(), static_cast<int64_t>(w.size())).ok());
+    ASSERT_TRUE(dequantize_row(type, q.data(), values.data(), static_cast<int64_t>(w.size())).ok());
+    for (size_t i = 0; i < values.size(); ++i) values_abs[i] = std::fabs(values[i]);
+    for (int32_t n_rows : {1, 8, 9, 40}) {
+      SCOPED_TRACE(std::string(tensor_type_name(type)) + " rows " + std::to_string(n_rows));
+      const auto x = normal_floats(static_cast<size_t>(n_rows) * n_in, 52 + n_rows);
+      std::vector<float> x_abs(x.size());
+      for (size_t i = 0; i < x.size(); ++i) x_abs[i] = std::fabs(x[i]);
+      std::vector<float> want(static_cast<size_t>(n_rows) * n_out), bound(want.size());
+      kernels::ref_matmul(x.data(), values.data(), n_rows, n_in, n_out, want.data());
+      kernels::ref_matmul(x_abs.data(), values_abs.data(), n_rows, n_in, n_out, bound.data());
+      const auto got = backend_matmul(*be, x, q.data(), q.size(), type, n_rows, n_in, n_out);
+      const float rel = n_rows <= 8 ? 1e-5f : 2e-3f;
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], rel * bound[i] + 1e-7f) << "element " << i;
+    }
   }
 }
 

@@ -4,13 +4,17 @@
 //
 // Weights: F32 matrices go through cuBLAS SGEMM; F16 matrices stay in half precision (half the
 // bytes to read) and go through a matrix-vector kernel for up to kGemvMaxRows rows (decode) and
-// cublasGemmEx, with activations rounded to half, above that (prefill). Other types arrive as F32
-// (the loader dequantizes them).
+// cublasGemmEx, with activations rounded to half, above that (prefill). Quantized matrices (Q8_0,
+// Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) stay in their GGUF blocks, so decode reads the file's
+// bytes: a matrix-vector kernel dequantizes in registers for up to kGemvMaxRows rows; above that
+// a slice of kDequantRows rows at a time is dequantized to f16 for cublasGemmEx. Other types
+// arrive as F32 (the loader dequantizes them).
 //
 // Errors: a failing CUDA or cuBLAS call is logged to stderr with the call's name and error; the
 // op returns without its result and error() reports the first failure from then on (the forward
 // pass returns it, the engine fails its requests with INTERNAL). Nothing aborts.
 #include "backend/cuda/cuda_backend.h"
+#include "helios/tensor_type.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -27,6 +31,17 @@ namespace helios {
 namespace {
 
 constexpr int32_t kGemvMaxRows = 8;   // F16 rows through the matrix-vector kernel, more via cuBLAS
+constexpr int32_t kDequantRows = 16384;  // weight rows dequantized at a time for a quantized GEMM
+
+bool quantized_type(TensorType t) {
+  switch (t) {
+    case TensorType::kQ8_0: case TensorType::kQ4_0: case TensorType::kQ4_1: case TensorType::kQ5_0:
+    case TensorType::kQ5_1: case TensorType::kQ4_K: case TensorType::kQ5_K: case TensorType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
 constexpr int kMaxLoggedErrors = 20;  // a sticky fault would otherwise log once per op
 constexpr size_t kMaxStagedArrays = 64;
 
@@ -37,7 +52,7 @@ struct StagedInts {
   std::vector<int32_t> shadow;  // what `device` holds
 };
 
-enum Scratch { kScratchHalfX, kScratchAttention, kScratchStats, kScratchCount };
+enum Scratch { kScratchHalfX, kScratchAttention, kScratchStats, kScratchHalfW, kScratchCount };
 
 class CudaBackend final : public Backend {
  public:
@@ -53,7 +68,7 @@ class CudaBackend final : public Backend {
   void download(float* dst, const float* src, size_t n) override;
   void synchronize() override;
   bool supports_weight_type(TensorType type) const override {
-    return type == TensorType::kF32 || type == TensorType::kF16;
+    return type == TensorType::kF32 || type == TensorType::kF16 || quantized_type(type);
   }
   bool supports_kv_type(kernels::KvType type) const override {  // f16 halves the cache and its reads
     return type == kernels::KvType::kF32 || type == kernels::KvType::kF16;
@@ -287,22 +302,49 @@ void CudaBackend::matmul(const float* x, const WeightMatrix& w, int32_t n_rows, 
             "cublasSgemm");
     return;
   }
-  if (w.type != TensorType::kF16) {
-    ok(cudaErrorInvalidValue, "matmul (weight type not uploaded as F32 or F16)");
+  const bool quantized = quantized_type(w.type);
+  if (w.type != TensorType::kF16 && !quantized) {
+    ok(cudaErrorInvalidValue, "matmul (weight type not uploaded as F32, F16 or a quantized type)");
     return;
   }
-  const auto* wh = static_cast<const uint16_t*>(w.data);
+  const auto type = static_cast<uint32_t>(w.type);
   if (n_rows <= kGemvMaxRows) {
-    ok_launch(kernels::launch_matmul_f16(x, wh, n_rows, w.n_in, w.n_out, y, stream_), "launch_matmul_f16");
+    if (quantized) {
+      ok_launch(kernels::launch_matmul_quant(type, x, w.data, n_rows, w.n_in, w.n_out, y, stream_),
+                "launch_matmul_quant");
+    } else {
+      ok_launch(kernels::launch_matmul_f16(x, static_cast<const uint16_t*>(w.data), n_rows, w.n_in, w.n_out, y,
+                                           stream_),
+                "launch_matmul_f16");
+    }
     return;
   }
   const int64_t n_x = static_cast<int64_t>(n_rows) * w.n_in;
   auto* xh = static_cast<uint16_t*>(scratch(kScratchHalfX, n_x * sizeof(uint16_t)));
   if (!xh || !ok_launch(kernels::launch_f32_to_f16(x, n_x, xh, stream_), "launch_f32_to_f16")) return;
-  ok_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, w.n_out, n_rows, w.n_in, &one, wh, CUDA_R_16F,
-                       w.n_in, xh, CUDA_R_16F, w.n_in, &zero, y, CUDA_R_32F, w.n_out,
-                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-          "cublasGemmEx (F16)");
+  // y[:, o0:o0+n] = x · W[o0:o0+n]^T: column-major, rows o0.. of y^T, whose leading dimension is n_out.
+  auto gemm_f16 = [&](const uint16_t* wh, int32_t o0, int32_t n) {
+    return ok_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, n, n_rows, w.n_in, &one, wh, CUDA_R_16F, w.n_in,
+                                xh, CUDA_R_16F, w.n_in, &zero, y + o0, CUDA_R_32F, w.n_out, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT),
+                   "cublasGemmEx (F16)");
+  };
+  if (!quantized) {
+    gemm_f16(static_cast<const uint16_t*>(w.data), 0, w.n_out);
+    return;
+  }
+  const int64_t row_bytes = tensor_row_bytes(w.type, w.n_in);
+  const int32_t slice = std::min(kDequantRows, w.n_out);
+  auto* wh = static_cast<uint16_t*>(scratch(kScratchHalfW, static_cast<size_t>(slice) * w.n_in * sizeof(uint16_t)));
+  if (!wh) return;
+  for (int32_t o0 = 0; o0 < w.n_out; o0 += slice) {
+    const int32_t n = std::min(slice, w.n_out - o0);
+    const void* rows = static_cast<const uint8_t*>(w.data) + static_cast<int64_t>(o0) * row_bytes;
+    if (!ok_launch(kernels::launch_dequantize_f16(type, rows, n, w.n_in, wh, stream_), "launch_dequantize_f16") ||
+        !gemm_f16(wh, o0, n)) {
+      return;
+    }
+  }
 }
 
 void CudaBackend::rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads,

@@ -1,0 +1,302 @@
+// Quantized weights read in their GGUF blocks: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K.
+// A row is walked in units of 32 values; a unit is dequantized in registers, exactly as the
+// host's dequantize_row does (the same float operations), and applied to f32 activations. For a
+// few rows (decode) one warp per output row applies each unit to up to 8 activation rows, so the
+// bytes read per token are the file's; for more rows the weights are dequantized to f16 a slice
+// at a time for cuBLAS (launch_dequantize_f16).
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/kernels.h"
+#include "kernels/ref/quant_blocks.h"
+
+namespace helios::kernels {
+namespace {
+
+constexpr int kThreads = 256;  // 8 warps, 8 output rows per block
+constexpr int kUnit = 32;      // values a thread decodes at once
+
+__device__ __forceinline__ float half_bits(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+// Scale and minimum of sub-block j of a Q4_K/Q5_K super-block (k_quant_scale_min's bits).
+__device__ __forceinline__ void scale_min(int j, const uint8_t* q, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// Quant<type>::unit(row, u, v): values [32u, 32u + 32) of a row into v.
+template <uint32_t kType>
+struct Quant;
+
+template <>
+struct Quant<kWeightQ8_0> {
+  using Block = BlockQ8_0;
+  __device__ static void unit(const uint8_t* row, int32_t u, float* v) {
+    const Block& b = reinterpret_cast<const Block*>(row)[u];
+    const float d = half_bits(b.d);
+#pragma unroll
+    for (int j = 0; j < kUnit; ++j) v[j] = d * b.qs[j];
+  }
+};
+
+template <>
+struct Quant<kWeightQ4_0> {
+  using Block = BlockQ4_0;
+  __device__ static void unit(const uint8_t* row, int32_t u, float* v) {
+    const Block& b = reinterpret_cast<const Block*>(row)[u];
+    const float d = half_bits(b.d);
+#pragma unroll
+    for (int j = 0; j < kUnit / 2; ++j) {
+      v[j] = d * ((b.qs[j] & 0xF) - 8);
+      v[j + kUnit / 2] = d * ((b.qs[j] >> 4) - 8);
+    }
+  }
+};
+
+template <>
+struct Quant<kWeightQ4_1> {
+  using Block = BlockQ4_1;
+  __device__ static void unit(const uint8_t* row, int32_t u, float* v) {
+    const Block& b = reinterpret_cast<const Block*>(row)[u];
+    const float d = half_bits(b.d), m = half_bits(b.m);
+#pragma unroll
+    for (int j = 0; j < kUnit / 2; ++j) {
+      v[j] = d * (b.qs[j] & 0xF) + m;
+      v[j + kUnit / 2] = d * (b.qs[j] >> 4) + m;
+    }
+  }
+};
+
+__device__ __forceinline__ uint32_t high_bits(const uint8_t* qh) {
+  return qh[0] | static_cast<uint32_t>(qh[1]) << 8 | static_cast<uint32_t>(qh[2]) << 16 |
+         static_cast<uint32_t>(qh[3]) << 24;
+}
+
+template <>
+struct Quant<kWeightQ5_0> {
+  using Block = BlockQ5_0;
+  __device__ static void unit(const uint8_t* row, int32_t u, float* v) {
+    const Block& b = reinterpret_cast<const Block*>(row)[u];
+    const float d = half_bits(b.d);
+    const uint32_t qh = high_bits(b.qh);
+#pragma unroll
+    for (int j = 0; j < kUnit / 2; ++j) {
+      v[j] = d * (static_cast<int>((b.qs[j] & 0xF) | ((qh >> j) & 1) << 4) - 16);
+      v[j + kUnit / 2] = d * (static_cast<int>((b.qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - 16);
+    }
+  }
+};
+
+template <>
+struct Quant<kWeightQ5_1> {
+  using Block = BlockQ5_1;
+  __device__ static void unit(const uint8_t* row, int32_t u, float* v) {
+    const Block& b = reinterpret_cast<const Block*>(row)[u];
+    const float d = half_bits(b.d), m = half_bits(b.m);
+    const uint32_t qh = high_bits(b.qh);
+#pragma unroll
+    for (int j = 0; j < kUnit / 2; ++j) {
+      v[j] = d * static_cast<int>((b.qs[j] & 0xF) | ((qh >> j) & 1) << 4) + m;
+      v[j + kUnit / 2] = d * static_cast<int>((b.qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) + m;
+    }
+  }
+};
+
+// Q4_K and Q5_K: unit j of a super-block is sub-block j (x = d·sc·q − dmin·m).
+template <typename Block, bool kFiveBits>
+struct QuantK45 {
+  __device__ static void unit(const uint8_t* row, int32_t u, float* v) {
+    const Block& b = reinterpret_cast<const Block*>(row)[u / 8];
+    const int j = u % 8, h = j % 2;
+    int sc, m;
+    scale_min(j, b.scales, &sc, &m);
+    const float dh = half_bits(b.d) * sc, mh = half_bits(b.dmin) * m;
+    const uint8_t* q = b.qs + 32 * (j / 2);
+#pragma unroll
+    for (int l = 0; l < kUnit; ++l) {
+      int x = (q[l] >> (4 * h)) & 0xF;
+      if constexpr (kFiveBits) x |= ((b.qh[l] >> j) & 1) << 4;
+      v[l] = dh * x - mh;
+    }
+  }
+};
+template <>
+struct Quant<kWeightQ4_K> : QuantK45<BlockQ4_K, false> {};
+template <>
+struct Quant<kWeightQ5_K> : QuantK45<BlockQ5_K, true> {};
+
+// Q6_K: unit k of a super-block is elements [32k, 32k + 32): quarter k % 4 of half k / 4.
+template <>
+struct Quant<kWeightQ6_K> {
+  __device__ static void unit(const uint8_t* row, int32_t u, float* v) {
+    const BlockQ6_K& b = reinterpret_cast<const BlockQ6_K*>(row)[u / 8];
+    const int half = (u % 8) / 4, quarter = u % 4;
+    const float d = half_bits(b.d);
+    const uint8_t* ql = b.ql + 64 * half + 32 * (quarter % 2);
+    const uint8_t* qh = b.qh + 32 * half;
+    const int8_t* sc = b.scales + 8 * half + 2 * quarter;
+#pragma unroll
+    for (int l = 0; l < kUnit; ++l) {
+      const int low = quarter >= 2 ? ql[l] >> 4 : ql[l] & 0xF;
+      const int q = static_cast<int8_t>(low | (((qh[l] >> (2 * quarter)) & 3) << 4)) - 32;
+      v[l] = d * sc[l / 16] * q;
+    }
+  }
+};
+
+template <uint32_t kType, int R>
+__global__ void __launch_bounds__(kThreads) gemv_quant_kernel(const float* x, const uint8_t* w, int64_t row_bytes,
+                                                              int32_t n_in, int32_t n_out, float* y) {
+  const int lane = threadIdx.x % 32;
+  const int32_t o = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
+  if (o >= n_out) return;
+  const uint8_t* wr = w + static_cast<int64_t>(o) * row_bytes;
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  for (int32_t u = lane; u < n_in / kUnit; u += 32) {
+    float v[kUnit];
+    Quant<kType>::unit(wr, u, v);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float* xr = x + static_cast<int64_t>(r) * n_in + static_cast<int64_t>(u) * kUnit;
+      float s = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kUnit; ++j) s += v[j] * xr[j];
+      acc[r] += s;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float s = cuda::warp_sum(acc[r]);
+    if (lane == 0) y[static_cast<int64_t>(r) * n_out + o] = s;
+  }
+}
+
+template <uint32_t kType>
+__global__ void dequantize_f16_kernel(const uint8_t* w, int64_t row_bytes, int32_t n_in, int64_t n_units,
+                                      __half* out) {
+  const int32_t units_per_row = n_in / kUnit;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n_units;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / units_per_row;
+    const auto u = static_cast<int32_t>(i % units_per_row);
+    float v[kUnit];
+    Quant<kType>::unit(w + row * row_bytes, u, v);
+    __half* o = out + row * n_in + static_cast<int64_t>(u) * kUnit;
+#pragma unroll
+    for (int j = 0; j < kUnit; ++j) o[j] = __float2half_rn(v[j]);
+  }
+}
+
+template <uint32_t kType, int R>
+void launch_rows(const float* x, const uint8_t* w, int64_t row_bytes, int32_t n_in, int32_t n_out, float* y,
+                 cudaStream_t stream) {
+  const unsigned blocks = (n_out + kThreads / 32 - 1) / (kThreads / 32);
+  gemv_quant_kernel<kType, R><<<blocks, kThreads, 0, stream>>>(x, w, row_bytes, n_in, n_out, y);
+}
+
+template <uint32_t kType>
+int gemv(const float* x, const uint8_t* w, int64_t row_bytes, int32_t n_rows, int32_t n_in, int32_t n_out,
+         float* y, cudaStream_t s) {
+  int32_t r = 0;
+  auto at = [&](int32_t row) { return static_cast<int64_t>(row); };
+  for (; r + 8 <= n_rows; r += 8) launch_rows<kType, 8>(x + at(r) * n_in, w, row_bytes, n_in, n_out, y + at(r) * n_out, s);
+  if (r + 4 <= n_rows) launch_rows<kType, 4>(x + at(r) * n_in, w, row_bytes, n_in, n_out, y + at(r) * n_out, s), r += 4;
+  if (r + 2 <= n_rows) launch_rows<kType, 2>(x + at(r) * n_in, w, row_bytes, n_in, n_out, y + at(r) * n_out, s), r += 2;
+  if (r < n_rows) launch_rows<kType, 1>(x + at(r) * n_in, w, row_bytes, n_in, n_out, y + at(r) * n_out, s);
+  return cuda::launch_status();
+}
+
+template <uint32_t kType>
+int dequantize(const uint8_t* w, int64_t row_bytes, int32_t n_rows, int32_t n_in, __half* out, cudaStream_t s) {
+  const int64_t n_units = static_cast<int64_t>(n_rows) * (n_in / kUnit);
+  const int64_t blocks = std::min<int64_t>((n_units + 255) / 256, 65535 * 16);
+  dequantize_f16_kernel<kType><<<static_cast<unsigned>(blocks), 256, 0, s>>>(w, row_bytes, n_in, n_units, out);
+  return cuda::launch_status();
+}
+
+// Op<kType>::run(args...) for a runtime weight type; cudaErrorInvalidValue for others.
+template <template <uint32_t> class Op, typename... Args>
+int dispatch(uint32_t weight_type, Args... args) {
+  switch (weight_type) {
+    case kWeightQ8_0: return Op<kWeightQ8_0>::run(args...);
+    case kWeightQ4_0: return Op<kWeightQ4_0>::run(args...);
+    case kWeightQ4_1: return Op<kWeightQ4_1>::run(args...);
+    case kWeightQ5_0: return Op<kWeightQ5_0>::run(args...);
+    case kWeightQ5_1: return Op<kWeightQ5_1>::run(args...);
+    case kWeightQ4_K: return Op<kWeightQ4_K>::run(args...);
+    case kWeightQ5_K: return Op<kWeightQ5_K>::run(args...);
+    case kWeightQ6_K: return Op<kWeightQ6_K>::run(args...);
+    default: return static_cast<int>(cudaErrorInvalidValue);
+  }
+}
+template <uint32_t kType>
+struct Gemv {
+  static int run(const float* x, const uint8_t* w, int64_t row_bytes, int32_t n_rows, int32_t n_in, int32_t n_out,
+                 float* y, cudaStream_t s) {
+    return gemv<kType>(x, w, row_bytes, n_rows, n_in, n_out, y, s);
+  }
+};
+template <uint32_t kType>
+struct Dequantize {
+  static int run(const uint8_t* w, int64_t row_bytes, int32_t n_rows, int32_t n_in, __half* out, cudaStream_t s) {
+    return dequantize<kType>(w, row_bytes, n_rows, n_in, out, s);
+  }
+};
+
+// Values and bytes of one block of a weight type (0 for a type this file does not read).
+struct BlockShape {
+  int32_t values = 0, bytes = 0;
+};
+BlockShape block_shape(uint32_t weight_type) {
+  switch (weight_type) {
+    case kWeightQ8_0: return {kQK, sizeof(BlockQ8_0)};
+    case kWeightQ4_0: return {kQK, sizeof(BlockQ4_0)};
+    case kWeightQ4_1: return {kQK, sizeof(BlockQ4_1)};
+    case kWeightQ5_0: return {kQK, sizeof(BlockQ5_0)};
+    case kWeightQ5_1: return {kQK, sizeof(BlockQ5_1)};
+    case kWeightQ4_K: return {kQKK, sizeof(BlockQ4_K)};
+    case kWeightQ5_K: return {kQKK, sizeof(BlockQ5_K)};
+    case kWeightQ6_K: return {kQKK, sizeof(BlockQ6_K)};
+    default: return {};
+  }
+}
+
+// The bytes of a row of n_in values, or 0 when the type or the width is not one this reads.
+int64_t row_bytes_of(uint32_t weight_type, int32_t n_in) {
+  const BlockShape b = block_shape(weight_type);
+  if (b.values == 0 || n_in <= 0 || n_in % b.values != 0) return 0;
+  return static_cast<int64_t>(n_in / b.values) * b.bytes;
+}
+
+}  // namespace
+
+int launch_matmul_quant(uint32_t weight_type, const float* x, const void* w, int32_t n_rows, int32_t n_in,
+                        int32_t n_out, float* y, void* stream) {
+  if (n_rows <= 0 || n_out <= 0) return 0;
+  const int64_t row_bytes = row_bytes_of(weight_type, n_in);
+  if (row_bytes == 0) return static_cast<int>(cudaErrorInvalidValue);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  return dispatch<Gemv>(weight_type, x, wb, row_bytes, n_rows, n_in, n_out, y, cuda::as_stream(stream));
+}
+
+int launch_dequantize_f16(uint32_t weight_type, const void* w, int32_t n_rows, int32_t n_in, uint16_t* out,
+                          void* stream) {
+  if (n_rows <= 0) return 0;
+  const int64_t row_bytes = row_bytes_of(weight_type, n_in);
+  if (row_bytes == 0) return static_cast<int>(cudaErrorInvalidValue);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  auto* oh = reinterpret_cast<__half*>(out);
+  return dispatch<Dequantize>(weight_type, wb, row_bytes, n_rows, n_in, oh, cuda::as_stream(stream));
+}
+
+}  // namespace helios::kernels
