@@ -93,6 +93,7 @@ struct CalibrationOptions {
   // > 0: also train a residual MLP of this many hidden units after the (distilled) adapter, the
   // head kind "mlp" (distill_mlp); 0: none.
   int32_t mlp_hidden = 0;
+  float mlp_learning_rate = 3e-4f;  // Adam, for the MLP (1e-3 made its fit loss climb back by the third epoch)
   int32_t teacher_top_k = 64;    // the teacher's tokens the sparse KL keeps
   int32_t curve_points = 64;     // points of each exit's agreement curve
   ProgressLog log;

@@ -52,6 +52,7 @@ int cmd_calibrate(int argc, char** argv) {
               "best")
       .option("mlp-hidden", "H", "also train a residual MLP of H hidden units after each distilled adapter (head kind "
               "mlp: more capacity than an affine map, about the LM head's cost again per epoch); 0 = none", "0")
+      .option("mlp-lr", "LR", "the residual MLP's Adam learning rate", "3e-4")
       .option("distill-rank", "R", "distillation trains ridge + diagonal + a rank-R product; 0 = the whole matrix", "32");
   args.example("helios calibrate --model models/SmolLM2-135M-Instruct.Q4_1.gguf --exits 4,8,12,16,20,24,28 \\\n"
                "      --text ../shared/data/sharegpt/mlenergy_ShareGPT_V3_filtered_1000_prompts.json")
@@ -107,6 +108,9 @@ int cmd_calibrate(int argc, char** argv) {
     if (mlp_hidden < 0 || mlp_hidden > 65536) return invalid_argument("--mlp-hidden must be 0..65536");
     if (opt.head == "mlp" && mlp_hidden == 0) return invalid_argument("--head mlp needs --mlp-hidden H (e.g. 1024)");
     opt.mlp_hidden = static_cast<int32_t>(mlp_hidden);
+    HELIOS_ASSIGN_OR_RETURN(double mlp_lr, args.number("mlp-lr"));
+    if (!(mlp_lr > 0 && mlp_lr < 1)) return invalid_argument("--mlp-lr must be in (0, 1)");
+    opt.mlp_learning_rate = static_cast<float>(mlp_lr);
     // The MLP is trained on the distilled adapter's output.
     opt.distill = args.has("distill") || opt.head == "distilled" || mlp_hidden > 0;
     HELIOS_ASSIGN_OR_RETURN(int64_t epochs, args.integer("distill-epochs"));

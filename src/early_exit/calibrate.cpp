@@ -339,8 +339,10 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
     ResidualMlp mlp;  // trained on the distilled adapter's output; kept only when the "mlp" head is
     if (opt.mlp_hidden > 0) {
       const std::vector<float> a_fit = affine_rows(x_fit, wd, bd, d), a_held = affine_rows(x_held, wd, bd, d);
+      DistillOptions mopt = dopt;
+      mopt.learning_rate = opt.mlp_learning_rate;
       HELIOS_ASSIGN_OR_RETURN(DistillReport rep, distill_mlp(host, a_fit.data(), teacher_fit, a_held.data(),
-                                                             teacher_held, dopt, opt.mlp_hidden, &mlp));
+                                                             teacher_held, mopt, opt.mlp_hidden, &mlp));
       cal.mlp_seconds = rep.seconds;
       cal.mlp_kl_start = rep.held_kl_start;
       cal.mlp_kl_best = rep.held_kl_best;
