@@ -43,8 +43,9 @@ struct HeadPass {
     inv_rms.resize(rows);
     scaled.resize(a.size());
     for (int32_t r = 0; r < rows; ++r) {
-      inv_rms[r] = normalize(a.data() + static_cast<size_t>(r) * d, d, h.rms_eps, u.data() + static_cast<size_t>(r) * d);
-      for (int32_t j = 0; j < d; ++j) scaled[static_cast<size_t>(r) * d + j] = u[static_cast<size_t>(r) * d + j] * h.norm[j];
+      const size_t at = static_cast<size_t>(r) * d;
+      inv_rms[r] = normalize(a.data() + at, d, h.rms_eps, u.data() + at);
+      for (int32_t j = 0; j < d; ++j) scaled[at + j] = u[at + j] * h.norm[j];
     }
     z.resize(static_cast<size_t>(rows) * v);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, v, d, 1.0f, scaled.data(), d, h.lm_head.data(), d,
@@ -281,8 +282,8 @@ namespace {
 // current parameters on the held-out rows; `keep(best)` saves them as the best so far, or (best
 // false) restores the saved ones at the end.
 template <class Step, class Held, class Keep>
-DistillReport run_epochs(const DistillOptions& opt, int64_t n, const TeacherTargets& t_fit, Step step, Held held,
-                         Keep keep) {
+DistillReport run_epochs(const char* what, const DistillOptions& opt, int64_t n, const TeacherTargets& t_fit,
+                         Step step, Held held, Keep keep) {
   const auto t0 = Clock::now();
   DistillReport rep;
   for (float p : t_fit.probs) rep.teacher_mass += p;
@@ -310,8 +311,8 @@ DistillReport run_epochs(const DistillOptions& opt, int64_t n, const TeacherTarg
     }
     if (opt.log) {
       char line[200];
-      std::snprintf(line, sizeof line, "distill: epoch %d/%d: fit KL %.4f, held-out KL %.4f, agreement %.3f (%.1f s)",
-                    epoch + 1, opt.epochs, fit_loss / static_cast<double>(n), now.kl, now.agreement,
+      std::snprintf(line, sizeof line, "%s: epoch %d/%d: fit KL %.4f, held-out KL %.4f, agreement %.3f (%.1f s)",
+                    what, epoch + 1, opt.epochs, fit_loss / static_cast<double>(n), now.kl, now.agreement,
                     std::chrono::duration<double>(Clock::now() - t0).count());
       opt.log(line);
     }
@@ -382,7 +383,7 @@ StatusOr<DistillReport> distill_adapter(const HostHead& head, const float* x_fit
     if (best) best_w = *w, best_b = *b;
     else *w = std::move(best_w), *b = std::move(best_b);
   };
-  return run_epochs(opt, n, t_fit, step, [&] { return evaluate_head(head, x_held, t_held, *w, *b); }, keep);
+  return run_epochs("distill", opt, n, t_fit, step, [&] { return evaluate_head(head, x_held, t_held, *w, *b); }, keep);
 }
 
 StatusOr<DistillReport> distill_mlp(const HostHead& head, const float* a_fit, const TeacherTargets& t_fit,
@@ -421,7 +422,7 @@ StatusOr<DistillReport> distill_mlp(const HostHead& head, const float* a_fit, co
     if (best) best_mlp = *mlp;
     else *mlp = std::move(best_mlp);
   };
-  return run_epochs(opt, n, t_fit, step, [&] { return evaluate_head(head, a_held, t_held, {}, {}, mlp); }, keep);
+  return run_epochs("mlp", opt, n, t_fit, step, [&] { return evaluate_head(head, a_held, t_held, {}, {}, mlp); }, keep);
 }
 
 }  // namespace helios
