@@ -18,7 +18,7 @@ if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -lt 1 ]; then
   echo "usage: scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...] (targets: tests/fuzz/fuzz_*.cpp)" >&2
   exit 2
 fi
-all_targets=(fuzz_gguf fuzz_tokenizer fuzz_config fuzz_chat_template fuzz_request)
+all_targets=(fuzz_gguf fuzz_tokenizer fuzz_config fuzz_chat_template fuzz_request fuzz_json_grammar)
 targets=("${all_targets[@]}")
 [ $# -gt 0 ] && targets=("$@")
 for t in "${targets[@]}"; do
