@@ -35,7 +35,7 @@ usage:
   helios-bench-gpu decode --model PATH [--backend cuda|cpu] [--batch 1,4,16] [--prompt-tokens 128]
                           [--decode-tokens 64] [--bandwidth-gbs 4800] [--json PATH]
   helios-bench-gpu attention [--batch 1,8,32] [--context 512,4096,16384] [--heads 32] [--kv-heads 8]
-                             [--head-dim 128] [--iters 50] [--json PATH]
+                             [--head-dim 128] [--kv-type f32|f16] [--iters 50] [--json PATH]
   helios-bench-gpu compare --model PATH [--prompt-tokens 128] [--decode-tokens 64] [--threads N] [--json PATH]
 
 decode: for each batch size B, B sequences get a prompt of --prompt-tokens ids (one prefill pass,
@@ -44,7 +44,7 @@ decode: for each batch size B, B sequences get a prompt of --prompt-tokens ids (
     weight bytes per token = ModelWeights::n_bytes - the f32 embedding table + one row of it;
     ideal tok/s = bandwidth / weight bytes (KV reads are left out of the ideal, so the share is
     a slight underestimate); roofline share = tok/s / ideal tok/s.
-attention: launch_paged_attention on an f32 paged cache (blocks of 16, shuffled block ids), B
+attention: launch_paged_attention on an f32 or f16 paged cache (blocks of 16, shuffled block ids), B
   decoding tokens each at the given context; time per call from CUDA events over --iters calls;
   GB/s = (K + V bytes read + q + out) / time.
 compare: the model on the CUDA backend and on the CPU backend (--threads, default all cores), the
@@ -57,7 +57,7 @@ compare: the model on the CUDA backend and on the CPU backend (--threads, defaul
 }
 
 struct Args {
-  std::string mode, model, backend = "cuda", json_path;
+  std::string mode, model, backend = "cuda", json_path, kv_type = "f32";
   std::vector<int> batch, context = {512, 4096, 16384};
   int prompt_tokens = 128, decode_tokens = 64, heads = 32, kv_heads = 8, head_dim = 128, iters = 50, threads = 0;
   double bandwidth_gbs = 4800;
@@ -101,6 +101,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--kv-heads") a.kv_heads = std::atoi(v.c_str());
     else if (k == "--head-dim") a.head_dim = std::atoi(v.c_str());
     else if (k == "--iters") a.iters = std::atoi(v.c_str());
+    else if (k == "--kv-type") a.kv_type = v;
     else if (k == "--threads") a.threads = std::atoi(v.c_str());
     else if (k == "--bandwidth-gbs") a.bandwidth_gbs = std::atof(v.c_str());
     else die("unknown option " + k + " (see --help)");
@@ -286,12 +287,15 @@ int cmd_compare(const Args& a, json& j) {
 
 int cmd_attention(const Args& a, json& j) {
   const int32_t bs = 16, hd = a.head_dim;
+  if (a.kv_type != "f32" && a.kv_type != "f16") die("--kv-type must be f32 or f16, got '" + a.kv_type + "'");
+  const bool f16 = a.kv_type == "f16";
+  const size_t elem = f16 ? 2 : 4;  // bytes per cache element
   std::printf("%-6s %8s %6s %10s %10s\n", "batch", "context", "heads", "us/call", "GB/s");
   for (int batch : a.batch) {
     for (int ctx : a.context) {
       const int32_t per_seq = (ctx + bs - 1) / bs, n_blocks = per_seq * batch;
       const int64_t kv_row = static_cast<int64_t>(a.kv_heads) * hd;
-      const size_t cache_floats = static_cast<size_t>(n_blocks) * bs * kv_row;
+      const size_t cache_elems = static_cast<size_t>(n_blocks) * bs * kv_row;
       std::vector<int32_t> ids(n_blocks), tables(n_blocks), seq(batch), pos(batch, ctx - 1);
       std::iota(ids.begin(), ids.end(), 0);
       std::shuffle(ids.begin(), ids.end(), std::mt19937(1));
@@ -301,13 +305,13 @@ int cmd_attention(const Args& a, json& j) {
       }
       float *k, *v, *q, *out, *ws = nullptr;
       int32_t *d_tables, *d_seq, *d_pos;
-      BENCH_CUDA(cudaMalloc(&k, cache_floats * 4));
-      BENCH_CUDA(cudaMalloc(&v, cache_floats * 4));
+      BENCH_CUDA(cudaMalloc(&k, cache_elems * elem));
+      BENCH_CUDA(cudaMalloc(&v, cache_elems * elem));
       const size_t q_floats = static_cast<size_t>(batch) * a.heads * hd;
       BENCH_CUDA(cudaMalloc(&q, q_floats * 4));
       BENCH_CUDA(cudaMalloc(&out, q_floats * 4));
-      BENCH_CUDA(cudaMemset(k, 0, cache_floats * 4));
-      BENCH_CUDA(cudaMemset(v, 0, cache_floats * 4));
+      BENCH_CUDA(cudaMemset(k, 0, cache_elems * elem));
+      BENCH_CUDA(cudaMemset(v, 0, cache_elems * elem));
       BENCH_CUDA(cudaMemset(q, 0, q_floats * 4));
       BENCH_CUDA(cudaMalloc(&d_tables, tables.size() * 4));
       BENCH_CUDA(cudaMalloc(&d_seq, seq.size() * 4));
@@ -317,7 +321,8 @@ int cmd_attention(const Args& a, json& j) {
       BENCH_CUDA(cudaMemcpy(d_pos, pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
       const int64_t ws_floats = helios::kernels::paged_attention_workspace_floats(batch, a.heads, a.kv_heads, hd, ctx);
       if (ws_floats > 0) BENCH_CUDA(cudaMalloc(&ws, ws_floats * 4));
-      const helios::kernels::PagedKV cache{k, v, n_blocks, bs, a.kv_heads, hd};
+      const helios::kernels::PagedKV cache{k, v, n_blocks, bs, a.kv_heads, hd,
+                                           f16 ? helios::kernels::KvType::kF16 : helios::kernels::KvType::kF32};
       const helios::kernels::AttentionPlan plan{batch, d_seq, d_pos, d_tables, per_seq};
       const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
       auto call = [&] {
@@ -335,10 +340,10 @@ int cmd_attention(const Args& a, json& j) {
       float ms = 0;
       BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
       const double us = 1000.0 * ms / a.iters;
-      const double bytes = 2.0 * batch * ctx * kv_row * 4 + 2.0 * q_floats * 4;
+      const double bytes = 2.0 * batch * ctx * kv_row * static_cast<double>(elem) + 2.0 * q_floats * 4;
       std::printf("%-6d %8d %6d %10.1f %10.1f\n", batch, ctx, a.heads, us, bytes / (us * 1e-6) / 1e9);
       j["runs"].push_back({{"batch", batch}, {"context", ctx}, {"heads", a.heads}, {"kv_heads", a.kv_heads},
-                           {"head_dim", hd}, {"dtype", "float32"}, {"us_per_call", us}, {"bytes", bytes},
+                           {"head_dim", hd}, {"dtype", f16 ? "float16" : "float32"}, {"us_per_call", us}, {"bytes", bytes},
                            {"gb_s", bytes / (us * 1e-6) / 1e9}});
       cudaEventDestroy(e0);
       cudaEventDestroy(e1);

@@ -11,6 +11,8 @@
 #   gpu_tests.log, gpu_tests.xml   ctest -L gpu (JUnit)
 #   decode_7b_f16.{log,json}    a Llama-2-7B-shaped F16 model: (a) batch-1 decode tok/s and its
 #                               share of the HBM roofline, (c) decode tok/s against batch size
+#   decode_7b_q4km.{log,json}   (a') the same shape in Q4_K_M: decode from the GGUF blocks
+#   attention_helios_f16.{log,json}   (b) with an f16 KV cache
 #   attention_helios.{log,json}, attention.{md,json}   (b) paged-attention GB/s, Helios vs torch SDPA
 #   e2e_<model>.{log,json}      (d) SmolLM2 (or stories260K when SmolLM2 is absent): GPU vs CPU
 #   summary.md                  the headline numbers
@@ -73,10 +75,25 @@ if [ -f "$SYN" ]; then
   log "(a, c) decode exit $?: $(grep -E '^1 ' "$RESULTS/decode_7b_f16.log")"
 fi
 
-# --- (b) paged attention: Helios' kernel, then torch SDPA on the same shapes
+# --- (a') the same shape in Q4_K_M (3.9 GB): decode reads the GGUF blocks, against their own roofline
+SYNQ="$MODELS/synthetic-7b-q4km.gguf"
+if [ ! -f "$SYNQ" ]; then
+  timeout 240 "$HELIOS" make-synthetic --preset 7b --type Q4_K_M --untied --out "$SYNQ" > "$RESULTS/make_synthetic_q4km.log" 2>&1 \
+    || { log "make-synthetic Q4_K_M failed or timed out (make_synthetic_q4km.log)"; rm -f "$SYNQ"; }
+fi
+if [ -f "$SYNQ" ]; then
+  timeout 150 "$BENCH" decode --model "$SYNQ" --batch 1,8,32 --prompt-tokens 128 --decode-tokens 64 \
+    --bandwidth-gbs 4800 --json "$RESULTS/decode_7b_q4km.json" > "$RESULTS/decode_7b_q4km.log" 2>&1
+  log "(a') Q4_K_M decode exit $?: $(grep -E '^1 ' "$RESULTS/decode_7b_q4km.log")"
+fi
+
+# --- (b) paged attention: Helios' kernel (f32 and f16 caches), then torch SDPA on the same shapes
 timeout 60 "$BENCH" attention --batch 1,8,32 --context 512,4096,16384 --heads 32 --kv-heads 8 --head-dim 128 \
   --json "$RESULTS/attention_helios.json" > "$RESULTS/attention_helios.log" 2>&1
 log "(b) helios attention done (exit $?)"
+timeout 60 "$BENCH" attention --batch 1,8,32 --context 512,4096,16384 --heads 32 --kv-heads 8 --head-dim 128 \
+  --kv-type f16 --json "$RESULTS/attention_helios_f16.json" > "$RESULTS/attention_helios_f16.log" 2>&1
+log "(b) helios attention, f16 cache, done (exit $?)"
 if [ -f "$RESULTS/attention_helios.json" ]; then
   timeout 90 python3 bench/gpu/attention_torch.py --helios-json "$RESULTS/attention_helios.json" \
     --json "$RESULTS/attention.json" --md "$RESULTS/attention.md" > "$RESULTS/attention_torch.log" 2>&1
@@ -101,7 +118,7 @@ fi
   echo "# CUDA backend on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)"
   echo
   echo "## GPU tests"; echo; echo '```'; grep -E 'tests passed|tests failed|Failed|\*\*\*' "$RESULTS/gpu_tests.log"; echo '```'
-  for f in decode_7b_f16 attention_helios; do
+  for f in decode_7b_f16 decode_7b_q4km attention_helios attention_helios_f16; do
     [ -f "$RESULTS/$f.log" ] && { echo; echo "## $f"; echo; echo '```'; cat "$RESULTS/$f.log"; echo '```'; }
   done
   [ -f "$RESULTS/attention.md" ] && { echo; cat "$RESULTS/attention.md"; }
