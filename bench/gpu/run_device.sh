@@ -11,7 +11,7 @@
 #   gpu_tests.log, gpu_tests.xml   ctest -L gpu (JUnit)
 #   decode_7b_f16.{log,json}    a Llama-2-7B-shaped F16 model: (a) batch-1 decode tok/s and its
 #                               share of the HBM roofline, (c) decode tok/s against batch size
-#   decode_7b_q4km.{log,json}   (a') the same shape in Q4_K_M: decode from the GGUF blocks
+#   decode_1b_q4km.{log,json}   (a') a 1B-shaped Q4_K_M model: decode from the GGUF blocks
 #   attention_helios_f16.{log,json}   (b) with an f16 KV cache
 #   attention_helios.{log,json}, attention.{md,json}   (b) paged-attention GB/s, Helios vs torch SDPA
 #   e2e_<model>.{log,json}      (d) SmolLM2 (or stories260K when SmolLM2 is absent): GPU vs CPU
@@ -75,16 +75,16 @@ if [ -f "$SYN" ]; then
   log "(a, c) decode exit $?: $(grep -E '^1 ' "$RESULTS/decode_7b_f16.log")"
 fi
 
-# --- (a') the same shape in Q4_K_M (3.9 GB): decode reads the GGUF blocks, against their own roofline
-SYNQ="$MODELS/synthetic-7b-q4km.gguf"
+# --- (a'"') a Llama-3.2-1B-shaped Q4_K_M model (~0.7 GB, quick to write): decode reads the GGUF blocks, against their own roofline
+SYNQ="$MODELS/synthetic-1b-q4km.gguf"
 if [ ! -f "$SYNQ" ]; then
-  timeout 240 "$HELIOS" make-synthetic --preset 7b --type Q4_K_M --untied --out "$SYNQ" > "$RESULTS/make_synthetic_q4km.log" 2>&1 \
+  timeout 120 "$HELIOS" make-synthetic --preset 1b --type Q4_K_M --untied --out "$SYNQ" > "$RESULTS/make_synthetic_q4km.log" 2>&1 \
     || { log "make-synthetic Q4_K_M failed or timed out (make_synthetic_q4km.log)"; rm -f "$SYNQ"; }
 fi
 if [ -f "$SYNQ" ]; then
   timeout 150 "$BENCH" decode --model "$SYNQ" --batch 1,8,32 --prompt-tokens 128 --decode-tokens 64 \
-    --bandwidth-gbs 4800 --json "$RESULTS/decode_7b_q4km.json" > "$RESULTS/decode_7b_q4km.log" 2>&1
-  log "(a') Q4_K_M decode exit $?: $(grep -E '^1 ' "$RESULTS/decode_7b_q4km.log")"
+    --bandwidth-gbs 4800 --json "$RESULTS/decode_1b_q4km.json" > "$RESULTS/decode_1b_q4km.log" 2>&1
+  log "(a') Q4_K_M decode exit $?: $(grep -E '^1 ' "$RESULTS/decode_1b_q4km.log")"
 fi
 
 # --- (b) paged attention: Helios' kernel (f32 and f16 caches), then torch SDPA on the same shapes
@@ -118,7 +118,7 @@ fi
   echo "# CUDA backend on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)"
   echo
   echo "## GPU tests"; echo; echo '```'; grep -E 'tests passed|tests failed|Failed|\*\*\*' "$RESULTS/gpu_tests.log"; echo '```'
-  for f in decode_7b_f16 decode_7b_q4km attention_helios attention_helios_f16; do
+  for f in decode_7b_f16 decode_1b_q4km attention_helios attention_helios_f16; do
     [ -f "$RESULTS/$f.log" ] && { echo; echo "## $f"; echo; echo '```'; cat "$RESULTS/$f.log"; echo '```'; }
   done
   [ -f "$RESULTS/attention.md" ] && { echo; cat "$RESULTS/attention.md"; }
