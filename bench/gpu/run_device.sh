@@ -75,7 +75,7 @@ if [ -f "$SYN" ]; then
   log "(a, c) decode exit $?: $(grep -E '^1 ' "$RESULTS/decode_7b_f16.log")"
 fi
 
-# --- (a'"') a Llama-3.2-1B-shaped Q4_K_M model (~0.7 GB, quick to write): decode reads the GGUF blocks, against their own roofline
+# --- (a') a Llama-3.2-1B-shaped Q4_K_M model (~0.7 GB, quick to write): decode reads the GGUF blocks, against their own roofline
 SYNQ="$MODELS/synthetic-1b-q4km.gguf"
 if [ ! -f "$SYNQ" ]; then
   timeout 120 "$HELIOS" make-synthetic --preset 1b --type Q4_K_M --untied --out "$SYNQ" > "$RESULTS/make_synthetic_q4km.log" 2>&1 \
