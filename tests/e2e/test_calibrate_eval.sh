@@ -52,9 +52,9 @@ check "top-level help lists eval" contains "$WORK/help" "eval "
   --threads 1 > "$WORK/cal.out" 2> "$WORK/cal.err"
 check "calibrate succeeds" test $? -eq 0
 check "calibrate writes MODEL.exits.gguf" test -s "$WORK/stories.exits.gguf"
-check "calibrate prints the table header" contains "$WORK/cal.out" "| layer | logit-lens agreement | ridge agreement | distilled agreement | head kept |"
+check "calibrate prints the table header" contains "$WORK/cal.out" "| layer | logit-lens agreement | ridge agreement | distilled agreement | mlp agreement | head kept |"
 for layer in 1 2 3 4; do
-  check "calibrate reports exit $layer" test -n "$(grep -E "^\| $layer \| [0-9.]+% \| [0-9.]+% \| - \| (ridge|identity) \|" "$WORK/cal.out")"
+  check "calibrate reports exit $layer" test -n "$(grep -E "^\| $layer \| [0-9.]+% \| [0-9.]+% \| - \| - \| (ridge|identity) \|" "$WORK/cal.out")"
 done
 check "calibrate says where it wrote" contains "$WORK/cal.out" "wrote $WORK/stories.exits.gguf"
 check "calibrate reports progress on stderr" contains "$WORK/cal.err" "tokens through the model"
@@ -68,10 +68,23 @@ check "the exit error names the range" contains "$WORK/err" "[1, 4]"
   --distill-epochs 2 --out "$WORK/distilled.exits.gguf" --threads 1 > "$WORK/dist.out" 2> "$WORK/dist.err"
 check "calibrate --distill succeeds" test $? -eq 0
 for layer in 1 3; do
-  check "distilled agreement of exit $layer" test -n "$(grep -E "^\| $layer \| [0-9.]+% \| [0-9.]+% \| [0-9.]+% \| (distilled|ridge|identity) \|" "$WORK/dist.out")"
+  check "distilled agreement of exit $layer" test -n "$(grep -E "^\| $layer \| [0-9.]+% \| [0-9.]+% \| [0-9.]+% \| - \| (distilled|ridge|identity) \|" "$WORK/dist.out")"
 done
 check "distillation reports its epochs on stderr" contains "$WORK/dist.err" "distill: epoch 2/2"
 check "distillation reports its cost" contains "$WORK/dist.out" "distilled in"
+
+# --- calibrate --mlp-hidden --head mlp: a residual MLP after the distilled adapter, kept, in the sidecar
+"$HELIOS" calibrate --model "$MODEL" --exits 1,3 --text "$CAL_TEXT" --max-tokens 2048 --seq-len 128 --mlp-hidden 32 \
+  --head mlp --distill-epochs 2 --out "$WORK/mlp.exits.gguf" --threads 1 > "$WORK/mlp.out" 2> "$WORK/mlp.err"
+check "calibrate --head mlp succeeds" test $? -eq 0
+for layer in 1 3; do
+  check "mlp head kept at exit $layer" test -n "$(grep -E "^\| $layer \| [0-9.]+% \| [0-9.]+% \| [0-9.]+% \| [0-9.]+% \| mlp \|" "$WORK/mlp.out")"
+done
+check "the MLP reports its epochs on stderr" contains "$WORK/mlp.err" "mlp: epoch 2/2"
+check "the MLP reports its cost" contains "$WORK/mlp.out" "residual MLP (32 hidden) trained in"
+"$HELIOS" calibrate --model "$MODEL" --exits 1 --text "$CAL_TEXT" --max-tokens 256 --head mlp > "$WORK/out" 2> "$WORK/err"
+check "--head mlp without --mlp-hidden is refused" test $? -eq 2
+check "the refusal says what to add" contains "$WORK/err" "--mlp-hidden"
 
 # --- profile: teacher-forced and free-running, with the observe mode's cost
 "$HELIOS" profile --model "$MODEL" --heads "$WORK/distilled.exits.gguf" --exits 1,3 --text "$EVAL_TEXT" --skip 40 \
