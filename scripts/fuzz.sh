@@ -39,11 +39,10 @@ if ! command -v clang++ > /dev/null; then
   fail_all "clang++ not found: scripts/install_deps.sh installs clang and libFuzzer (libclang-rt-14-dev)"
 fi
 echo "fuzz.sh: building ${targets[*]} in ./$build (clang, ASan + UBSan; log: $log)"
-if [ ! -f "$build/CMakeCache.txt" ] || ! grep -q '^HELIOS_FUZZ:BOOL=ON' "$build/CMakeCache.txt"; then
-  if ! CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Debug -DHELIOS_FUZZ=ON \
-        -DHELIOS_TESTS=OFF > "$log" 2>&1; then
-    tail -n 30 "$log"; fail_all "configure failed ($log)"
-  fi
+# Configured every time (seconds): a target added since the last run needs the new Makefiles.
+if ! CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Debug -DHELIOS_FUZZ=ON \
+      -DHELIOS_TESTS=OFF > "$log" 2>&1; then
+  tail -n 30 "$log"; fail_all "configure failed ($log)"
 fi
 if ! cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >> "$log" 2>&1; then
   tail -n 60 "$log"; fail_all "build failed ($log)"
