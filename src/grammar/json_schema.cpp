@@ -385,7 +385,7 @@ StatusOr<std::shared_ptr<const JsonGrammar>> JsonGrammar::from_schema(const std:
   Json doc;
   try {
     doc = Json::parse(schema_json);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for a number past a double
     return invalid_argument(std::string("the schema is not JSON: ") + e.what());
   }
   return JsonSchemaCompiler(doc).compile();

@@ -137,7 +137,7 @@ bool parse_tool_call(std::string_view body, std::string* name, std::string* argu
   Json call;
   try {
     call = Json::parse(body.begin(), body.end());
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for a number past a double
     return fail(std::string("the tool call is not JSON: ") + e.what());
   }
   if (!call.is_object()) {
@@ -160,7 +160,7 @@ bool parse_tool_call(std::string_view body, std::string* name, std::string* argu
     const std::string text = arguments.get<std::string>();
     try {
       arguments = Json::parse(text);
-    } catch (const Json::parse_error& e) {
+    } catch (const Json::exception& e) {
       return fail(std::string("the tool call's \"arguments\" string is not JSON: ") + e.what());
     }
   }

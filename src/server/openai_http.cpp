@@ -383,7 +383,7 @@ void OpenAiHttpServer::Impl::handle_generate(const httplib::Request& req, httpli
   Json body;
   try {
     body = Json::parse(req.body);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for a number past a double
     return reply_error(res, openai::invalid_request("", std::string("the request body is not JSON: ") + e.what()), name);
   }
   std::random_device rd;

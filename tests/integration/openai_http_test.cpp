@@ -143,6 +143,10 @@ TEST_F(OpenAiHttpTest, ServesTheRoutesWithTheApiKey) {
   res = client()->Post("/v1/completions", "{not json", "application/json");
   EXPECT_EQ(res->status, 400);
   EXPECT_NE(json::parse(res->body)["error"]["message"].get<std::string>().find("not JSON"), std::string::npos);
+  // Valid JSON the parser cannot hold (a number past a double): a 400 as well, not a 500.
+  res = client()->Post("/v1/completions", R"({"prompt": "Once", "max_tokens": 1e999})", "application/json");
+  EXPECT_EQ(res->status, 400);
+  EXPECT_NE(json::parse(res->body)["error"]["message"].get<std::string>().find("not JSON"), std::string::npos);
   res = post("/v1/completions", {{"prompt", "Once"}, {"model", "nope"}});
   EXPECT_EQ(res->status, 404);
   EXPECT_EQ(json::parse(res->body)["error"]["param"], "model");

@@ -181,6 +181,15 @@ TEST(JsonGrammar, UnionsRefsAndRecursion) {
   EXPECT_FALSE(valid(tree, R"({"v": 1, "kids": [{"w": 2}]})"));
 }
 
+// Found by fuzz_json_grammar: a schema holding a number past a double's range made the parser
+// throw out of from_schema.
+TEST(JsonGrammar, ASchemaWithANumberPastADoubleIsRefused) {
+  auto g = JsonGrammar::from_schema(R"({"type": "array", "maxItems": 44444444400E72258667541})");
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(g.status().message().find("not JSON"), std::string::npos) << g.status().message();
+}
+
 TEST(JsonGrammar, RefusesWhatItCannotHoldToByName) {
   struct Case {
     const char* schema;

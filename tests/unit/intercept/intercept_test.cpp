@@ -264,6 +264,12 @@ TEST(InterceptToolCall, ErrorsSayWhatIsWrong) {
   EXPECT_EQ(error.rfind("the tool call's \"arguments\" string is not JSON: ", 0), 0u) << error;
   EXPECT_FALSE(parse_tool_call("{\"name\": \"f\", \"arguments\": \"[1]\"}", &name, &args, &error));
   EXPECT_EQ(error, "the tool call's \"arguments\" is not a JSON object, got array");
+  // A number past a double's range is valid JSON that the parser refuses (found by fuzz_json_grammar
+  // in the schema parser): an error saying so, not an exception out of the engine's thread.
+  EXPECT_FALSE(parse_tool_call("{\"name\": \"f\", \"arguments\": {\"x\": 1e999}}", &name, &args, &error));
+  EXPECT_EQ(error.rfind("the tool call is not JSON: ", 0), 0u) << error;
+  EXPECT_FALSE(parse_tool_call("{\"name\": \"f\", \"arguments\": \"{\\\"x\\\": -2e400}\"}", &name, &args, &error));
+  EXPECT_EQ(error.rfind("the tool call's \"arguments\" string is not JSON: ", 0), 0u) << error;
   // A success after a failure clears the error.
   ASSERT_TRUE(parse_tool_call("{\"name\": \"f\"}", &name, &args, &error));
   EXPECT_EQ(error, "");
