@@ -34,6 +34,10 @@ struct HostHead {
 // FAILED_PRECONDITION on a backend whose weights are not host memory (calibrate on the CPU).
 StatusOr<HostHead> host_head(const Model& model);
 
+// out [rows, d] = x W^T + b for rows x [rows, d]; x itself with an empty w (the identity adapter).
+void affine_rows(const float* x, int64_t rows, int32_t d, const std::vector<float>& w, const std::vector<float>& b,
+                 std::vector<float>* out);
+
 // The teacher's top-k tokens and probabilities per row, from the last layer's states.
 struct TeacherTargets {
   int32_t k = 0;

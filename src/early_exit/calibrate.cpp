@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdio>
 
-#include <cblas.h>
 #include "helios/distill.h"
 #include "helios/sampler.h"
 #include "helios/teacher_forced.h"
@@ -188,19 +187,6 @@ float fit_exit_threshold(const std::vector<float>& top1_prob, const std::vector<
   return best;
 }
 
-namespace {
-// Rows x W^T + b (x itself with an empty w).
-std::vector<float> affine_rows(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& b,
-                               int32_t d) {
-  if (w.empty()) return x;
-  const auto n = static_cast<int32_t>(x.size() / d);
-  std::vector<float> out(x.size());
-  for (int32_t r = 0; r < n; ++r) std::copy(b.begin(), b.end(), out.begin() + static_cast<size_t>(r) * d);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, d, d, 1.0f, x.data(), d, w.data(), d, 1.0f, out.data(), d);
-  return out;
-}
-}  // namespace
-
 StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& data, const CalibrationOptions& opt) {
   const ModelConfig& c = model.config();
   const int32_t d = data.n_embd;
@@ -338,7 +324,9 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
     }
     ResidualMlp mlp;  // trained on the distilled adapter's output; kept only when the "mlp" head is
     if (opt.mlp_hidden > 0) {
-      const std::vector<float> a_fit = affine_rows(x_fit, wd, bd, d), a_held = affine_rows(x_held, wd, bd, d);
+      std::vector<float> a_fit, a_held;
+      affine_rows(x_fit.data(), cal.n_fit, d, wd, bd, &a_fit);
+      affine_rows(x_held.data(), cal.n_held_out, d, wd, bd, &a_held);
       DistillOptions mopt = dopt;
       mopt.learning_rate = opt.mlp_learning_rate;
       HELIOS_ASSIGN_OR_RETURN(DistillReport rep, distill_mlp(host, a_fit.data(), teacher_fit, a_held.data(),

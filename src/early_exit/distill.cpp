@@ -20,6 +20,22 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+}  // namespace
+
+void affine_rows(const float* x, int64_t rows, int32_t d, const std::vector<float>& w, const std::vector<float>& b,
+                 std::vector<float>* out) {
+  out->resize(static_cast<size_t>(rows) * d);
+  if (w.empty()) {
+    std::copy_n(x, out->size(), out->begin());
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r) std::copy(b.begin(), b.end(), out->begin() + r * d);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int32_t>(rows), d, d, 1.0f, x, d, w.data(), d, 1.0f,
+              out->data(), d);
+}
+
+namespace {
+
 float silu(float g) { return g / (1.0f + std::exp(-g)); }
 
 // One mini-batch through the head: a = x W^T + b, then (with an MLP) a += ((silu(n G^T) * (n U^T)) D^T
@@ -31,13 +47,7 @@ struct HeadPass {
   void run(const HostHead& h, const float* x, int32_t rows, const std::vector<float>& w, const std::vector<float>& b,
            const ResidualMlp* mlp = nullptr) {
     const int32_t d = h.n_embd, v = h.n_vocab;
-    a.resize(static_cast<size_t>(rows) * d);
-    if (w.empty()) {
-      std::copy_n(x, a.size(), a.begin());
-    } else {
-      for (int32_t r = 0; r < rows; ++r) std::copy(b.begin(), b.end(), a.begin() + static_cast<size_t>(r) * d);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, d, d, 1.0f, x, d, w.data(), d, 1.0f, a.data(), d);
-    }
+    affine_rows(x, rows, d, w, b, &a);
     if (mlp && !mlp->empty()) add_mlp(h, rows, *mlp);
     u.resize(a.size());
     inv_rms.resize(rows);
