@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "helios/status.h"
@@ -18,6 +20,12 @@ struct SamplingParams {
   float min_p = 0.0f;              // 0: off; drop tokens with p < min_p · p_max
   float repetition_penalty = 1.0f; // 1: off; CTRL-style, over the previous tokens
   int32_t repetition_window = 64;  // how many previous tokens the penalty looks at
+  // OpenAI's penalties, over the tokens this generation has produced (not the prompt), as vLLM
+  // applies them: logit -= frequency_penalty * count + presence_penalty * (count > 0).
+  float presence_penalty = 0.0f;   // [-2, 2]
+  float frequency_penalty = 0.0f;  // [-2, 2]
+  // Added to a token's logit before anything else ([-100, 100]; -100 all but bans it).
+  std::vector<std::pair<TokenId, float>> logit_bias;
   uint64_t seed = 0;
 
   // INVALID_ARGUMENT naming the field (NaN or negative temperature, top_p outside (0, 1], ...).
@@ -28,12 +36,15 @@ class Sampler {
  public:
   explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
-  // `logits` is modified (penalties, temperature); `history` holds the tokens so far.
+  // `logits` is modified (bias, penalties, temperature); `history` holds the tokens so far.
   TokenId sample(float* logits, int32_t n_vocab, const std::vector<TokenId>& history);
+  // The token the generation took (after any redraw): what the presence and frequency penalties count.
+  void accept(TokenId token);
 
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;
+  std::unordered_map<TokenId, int32_t> generated_;  // token -> times generated
   std::vector<std::pair<float, TokenId>> candidates_;
 };
 

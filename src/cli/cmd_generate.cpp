@@ -28,6 +28,8 @@ int cmd_generate(int argc, char** argv) {
       .option("top-p", "P", "sample from the smallest set with probability mass >= P", "1")
       .option("min-p", "P", "drop tokens less likely than P x the most likely", "0")
       .option("repeat-penalty", "R", "divide the logits of recent tokens by R", "1")
+      .option("presence-penalty", "P", "subtract P from the logit of every token generated so far ([-2, 2])", "0")
+      .option("frequency-penalty", "F", "subtract F times its count from each generated token's logit ([-2, 2])", "0")
       .option("seed", "S", "random seed for sampling", "0")
       .option("stop", "TEXT", "stop when the output contains TEXT (not printed)")
       .option("ignore-eos", "", "keep generating past end-of-sequence tokens")
@@ -56,6 +58,8 @@ int cmd_generate(int argc, char** argv) {
     HELIOS_ASSIGN_OR_RETURN(double top_p, args.number("top-p"));
     HELIOS_ASSIGN_OR_RETURN(double min_p, args.number("min-p"));
     HELIOS_ASSIGN_OR_RETURN(double penalty, args.number("repeat-penalty"));
+    HELIOS_ASSIGN_OR_RETURN(double presence, args.number("presence-penalty"));
+    HELIOS_ASSIGN_OR_RETURN(double frequency, args.number("frequency-penalty"));
     HELIOS_ASSIGN_OR_RETURN(int64_t seed, args.integer("seed"));
     if (max_tokens <= 0) return invalid_argument("--max-tokens must be > 0");
     opt.max_tokens = static_cast<int32_t>(max_tokens);
@@ -64,6 +68,8 @@ int cmd_generate(int argc, char** argv) {
     opt.sampling.top_p = static_cast<float>(top_p);
     opt.sampling.min_p = static_cast<float>(min_p);
     opt.sampling.repetition_penalty = static_cast<float>(penalty);
+    opt.sampling.presence_penalty = static_cast<float>(presence);
+    opt.sampling.frequency_penalty = static_cast<float>(frequency);
     opt.sampling.seed = static_cast<uint64_t>(seed);
     if (args.has("stop")) opt.stop.push_back(args.str("stop"));
     opt.ignore_eos = args.has("ignore-eos");

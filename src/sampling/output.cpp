@@ -51,6 +51,7 @@ TokenEvent RequestOutput::take(const float* raw, int32_t n_vocab, const std::vec
     }
   }
   if (json_ && !tokenizer_.is_end_of_generation(token)) json_->advance(tokenizer_.pieces()[token]);
+  sampler_.accept(token);
   ++n_generated_;
 
   TokenEvent ev;

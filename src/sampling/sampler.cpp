@@ -1,4 +1,4 @@
-// Samplers: repetition penalty → temperature → top-k → softmax → top-p → min-p → draw.
+// Samplers: logit bias → repetition penalty → presence/frequency penalties → temperature → top-k → softmax → top-p → min-p → draw.
 #include "helios/sampler.h"
 
 #include <algorithm>
@@ -22,6 +22,20 @@ Status SamplingParams::validate() const {
     return invalid_argument("repetition_penalty must be > 0 (got " + std::to_string(repetition_penalty) + "); 1 turns it off");
   }
   if (repetition_window < 0) return invalid_argument("repetition_window must be ≥ 0");
+  if (!(presence_penalty >= -2 && presence_penalty <= 2)) {
+    return invalid_argument("presence_penalty must be in [-2, 2] (got " + std::to_string(presence_penalty) + "); 0 turns it off");
+  }
+  if (!(frequency_penalty >= -2 && frequency_penalty <= 2)) {
+    return invalid_argument("frequency_penalty must be in [-2, 2] (got " + std::to_string(frequency_penalty) +
+                            "); 0 turns it off");
+  }
+  for (const auto& [token, bias] : logit_bias) {
+    if (token < 0) return invalid_argument("logit_bias: token " + std::to_string(token) + " is negative");
+    if (!(bias >= -100 && bias <= 100)) {
+      return invalid_argument("logit_bias: the bias of token " + std::to_string(token) + " must be in [-100, 100] (got " +
+                              std::to_string(bias) + ")");
+    }
+  }
   return ok_status();
 }
 
@@ -29,7 +43,14 @@ TokenId argmax(const float* logits, int32_t n_vocab) {
   return static_cast<TokenId>(std::max_element(logits, logits + n_vocab) - logits);
 }
 
+void Sampler::accept(TokenId token) {
+  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) ++generated_[token];
+}
+
 TokenId Sampler::sample(float* logits, int32_t n_vocab, const std::vector<TokenId>& history) {
+  for (const auto& [t, bias] : params_.logit_bias) {
+    if (t < n_vocab) logits[t] += bias;
+  }
   // Repetition penalty: shrink the logit of every recently seen token (each once).
   if (params_.repetition_penalty != 1.0f) {
     const size_t from = history.size() > static_cast<size_t>(params_.repetition_window)
@@ -40,6 +61,9 @@ TokenId Sampler::sample(float* logits, int32_t n_vocab, const std::vector<TokenI
       logits[t] = logits[t] > 0 ? logits[t] / params_.repetition_penalty
                                 : logits[t] * params_.repetition_penalty;
     }
+  }
+  for (const auto& [t, count] : generated_) {
+    if (t >= 0 && t < n_vocab) logits[t] -= params_.frequency_penalty * count + params_.presence_penalty;
   }
   if (params_.temperature == 0.0f) return argmax(logits, n_vocab);
 

@@ -1,6 +1,7 @@
 #include "server/openai_convert.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -96,17 +97,6 @@ Err check_unsupported(const Json& body, Endpoint endpoint) {
   bool echo = false;
   if (auto e = read_bool(body, "echo", "echo", &echo)) return e;
   if (echo) return invalid_request("echo", "echo is not supported by this server");
-  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
-    double v = 0;
-    if (auto e = read_number(body, key, key, &v)) return e;
-    if (v != 0) {
-      return invalid_request(key, std::string(key) + " is not supported by this server (only 0); "
-                                                     "repetition_penalty is (1 = off)");
-    }
-  }
-  if (const Json* bias = field(body, "logit_bias"); bias && !(bias->is_object() && bias->empty())) {
-    return invalid_request("logit_bias", "logit_bias is not supported by this server");
-  }
   if (endpoint == Endpoint::kCompletions) {
     std::string suffix;
     if (auto e = read_string(body, "suffix", "suffix", &suffix)) return e;
@@ -115,6 +105,26 @@ Err check_unsupported(const Json& body, Endpoint endpoint) {
   if (field(body, "functions") || field(body, "function_call")) {
     return invalid_request(field(body, "functions") ? "functions" : "function_call",
                            "the deprecated functions / function_call are not supported; use tools");
+  }
+  return std::nullopt;
+}
+
+// logit_bias: {"<token id>": bias in [-100, 100], ...}, the ids as strings (JSON keys are).
+Err read_logit_bias(const Json& body, v1::SamplingParams* sampling) {
+  const Json* bias = field(body, "logit_bias");
+  if (!bias) return std::nullopt;
+  if (!bias->is_object()) return wrong_type("logit_bias", "an object of token id -> bias", *bias);
+  for (const auto& [key, value] : bias->items()) {
+    const std::string param = "logit_bias." + key;
+    int64_t id = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (ec != std::errc() || end != key.data() + key.size() || id < 0 || id > INT32_MAX) {
+      return invalid_request(param, param + ": logit_bias keys are token ids (non-negative integers, as strings)");
+    }
+    if (!value.is_number()) return wrong_type(param, "a number in [-100, 100]", value);
+    const double v = value.get<double>();
+    if (!(v >= -100 && v <= 100)) return invalid_request(param, param + " must be in [-100, 100], got " + num(v));
+    (*sampling->mutable_logit_bias())[static_cast<int32_t>(id)] = static_cast<float>(v);
   }
   return std::nullopt;
 }
@@ -431,6 +441,14 @@ Err read_common(const Json& body, Endpoint endpoint, const LimitsConfig& limits,
     return invalid_request("repetition_penalty", "repetition_penalty must be > 0 (1 = off), got " + num(repetition_penalty));
   }
   sampling->set_repetition_penalty(static_cast<float>(repetition_penalty));
+  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
+    double v = 0;
+    if (auto e = read_number(body, key, key, &v)) return e;
+    if (!(v >= -2 && v <= 2)) return invalid_request(key, std::string(key) + " must be in [-2, 2], got " + num(v));
+    if (std::string(key) == "presence_penalty") sampling->set_presence_penalty(static_cast<float>(v));
+    else sampling->set_frequency_penalty(static_cast<float>(v));
+  }
+  if (auto e = read_logit_bias(body, sampling)) return e;
   int64_t seed = 0;
   bool seed_given = false;
   if (auto e = read_int(body, "seed", "seed", &seed, &seed_given)) return e;

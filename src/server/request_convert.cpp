@@ -22,7 +22,7 @@ std::string num(double v) {
   return buf;
 }
 
-Status convert_sampling(const v1::SamplingParams& p, SamplingParams* out) {
+Status convert_sampling(const v1::SamplingParams& p, int32_t n_vocab, SamplingParams* out) {
   if (!std::isfinite(p.temperature()) || p.temperature() < 0) {
     return field_error("sampling.temperature", "must be a finite number >= 0, got " + num(p.temperature()));
   }
@@ -41,6 +41,21 @@ Status convert_sampling(const v1::SamplingParams& p, SamplingParams* out) {
   out->min_p = p.min_p();
   out->repetition_penalty = p.repetition_penalty() > 0 ? p.repetition_penalty() : 1.0f;
   out->seed = p.seed();
+  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
+    const float v = std::string(name) == "presence_penalty" ? p.presence_penalty() : p.frequency_penalty();
+    if (!(v >= -2 && v <= 2)) return field_error(std::string("sampling.") + name, "must be in [-2, 2] (0 = off), got " + num(v));
+  }
+  out->presence_penalty = p.presence_penalty();
+  out->frequency_penalty = p.frequency_penalty();
+  for (const auto& [token, bias] : p.logit_bias()) {
+    const std::string field = "sampling.logit_bias." + std::to_string(token);
+    if (token < 0 || token >= n_vocab) {
+      return field_error(field, "names a token outside the vocabulary (0.." + std::to_string(n_vocab - 1) + ")");
+    }
+    if (!(bias >= -100 && bias <= 100)) return field_error(field, "must be in [-100, 100], got " + num(bias));
+    out->logit_bias.emplace_back(token, bias);
+  }
+  std::sort(out->logit_bias.begin(), out->logit_bias.end());  // a map's order is unspecified
   return ok_status();
 }
 
@@ -103,7 +118,7 @@ StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& req
   GenerationRequest out;
   const Tokenizer& tok = model.tokenizer();
   const int32_t n_vocab = model.config().n_vocab;
-  HELIOS_RETURN_IF_ERROR(convert_sampling(request.sampling(), &out.sampling));
+  HELIOS_RETURN_IF_ERROR(convert_sampling(request.sampling(), n_vocab, &out.sampling));
   HELIOS_ASSIGN_OR_RETURN(out.exit, exit_rule_for_request(request.exit(), limits.early_exit, model));
 
   if (request.max_tokens() < 0) {

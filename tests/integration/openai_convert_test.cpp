@@ -109,8 +109,14 @@ TEST(OpenAiConvert, RequestLevelErrorsNameTheParam) {
       {R"({"prompt": "a", "echo": true})", "echo"},
       {R"({"prompt": "a", "best_of": 3})", "best_of"},
       {R"({"prompt": "a", "suffix": "x"})", "suffix"},
-      {R"({"prompt": "a", "logit_bias": {"1": 5}})", "logit_bias"},
-      {R"({"prompt": "a", "presence_penalty": 0.5})", "presence_penalty"},
+      {R"({"prompt": "a", "logit_bias": {"x1": 5}})", "logit_bias.x1"},
+      {R"({"prompt": "a", "logit_bias": {"-3": 5}})", "logit_bias.-3"},
+      {R"({"prompt": "a", "logit_bias": {"7": 101}})", "logit_bias.7"},
+      {R"({"prompt": "a", "logit_bias": {"7": "up"}})", "logit_bias.7"},
+      {R"({"prompt": "a", "logit_bias": [5]})", "logit_bias"},
+      {R"({"prompt": "a", "presence_penalty": 2.5})", "presence_penalty"},
+      {R"({"prompt": "a", "frequency_penalty": -3})", "frequency_penalty"},
+      {R"({"prompt": "a", "frequency_penalty": "x"})", "frequency_penalty"},
       {R"({"prompt": "a", "temperature": 2.5})", "temperature"},
       {R"({"prompt": "a", "temperature": "hot"})", "temperature"},
       {R"({"prompt": "a", "top_p": 0})", "top_p"},
@@ -143,6 +149,20 @@ TEST(OpenAiConvert, RequestLevelErrorsNameTheParam) {
   EXPECT_EQ(j["error"]["param"], "n");
   EXPECT_TRUE(j["error"]["code"].is_null());
   EXPECT_EQ(dump(parse_error("[1]").to_json()).find("\"param\":null") != std::string::npos, true);
+}
+
+TEST(OpenAiConvert, PenaltiesAndLogitBiasReachTheSampling) {
+  const Request r = parse_ok(
+      R"({"prompt": "a", "presence_penalty": 0.5, "frequency_penalty": -1.25, "logit_bias": {"7": -100, "42": 3.5}})");
+  const v1::SamplingParams& s = r.prompts.at(0).sampling();
+  EXPECT_FLOAT_EQ(s.presence_penalty(), 0.5f);
+  EXPECT_FLOAT_EQ(s.frequency_penalty(), -1.25f);
+  ASSERT_EQ(s.logit_bias().size(), 2u);
+  EXPECT_FLOAT_EQ(s.logit_bias().at(7), -100.0f);
+  EXPECT_FLOAT_EQ(s.logit_bias().at(42), 3.5f);
+  // What clients send by default is accepted as "off".
+  const Request d = parse_ok(R"({"prompt": "a", "presence_penalty": 0, "frequency_penalty": null, "logit_bias": {}})");
+  EXPECT_EQ(d.prompts.at(0).sampling().logit_bias().size(), 0u);
 }
 
 TEST(OpenAiConvert, ChatMessagesToolsAndLogprobs) {

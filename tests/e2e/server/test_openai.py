@@ -247,6 +247,49 @@ class OpenAiApiTest(unittest.TestCase):
         streamed = [t["id"] for c in chunks for ch in c.choices for t in ch.model_dump()["helios"]["tokens"]]
         self.assertEqual(streamed, ids)
 
+    def test_logit_bias_and_penalties(self):
+        def ids(**kw):
+            r = self.client.completions.create(
+                model="stories", prompt="Once upon a time", max_tokens=12, temperature=0,
+                extra_body={"ignore_eos": True, "helios": {"return_tokens": True}}, **kw)
+            return [t["id"] for t in r.choices[0].model_dump()["helios"]["tokens"]]
+        plain = ids()
+        # Clients send these as "off": the output is the plain greedy one.
+        self.assertEqual(ids(presence_penalty=0, frequency_penalty=0, logit_bias={}), plain)
+        # -100 bans the first greedy token; +100 forces a token everywhere.
+        banned = ids(logit_bias={str(plain[0]): -100})
+        self.assertNotEqual(banned[0], plain[0])
+        self.assertNotIn(plain[0], banned)
+        forced = plain[3]
+        self.assertEqual(ids(logit_bias={str(forced): 100}), [forced] * 12)
+        # Penalties, against their formula applied here to the raw top-20 log-probabilities the
+        # server reports: each greedy choice is the best candidate after
+        # logprob - frequency * count - presence * (count > 0), counting the tokens generated so far.
+        freq, pres = 1.5, 0.5
+        r = self.client.completions.create(model="stories", prompt="Once upon a time", max_tokens=48, temperature=0,
+                                           logprobs=20, frequency_penalty=freq, presence_penalty=pres,
+                                           extra_body={"ignore_eos": True})
+        lp = r.choices[0].logprobs
+        counts, checked = {}, 0
+        for token, top in zip(lp.tokens, lp.top_logprobs):
+            if token in top:
+                best = max(top, key=lambda s: top[s] - freq * counts.get(s, 0) - pres * (counts.get(s, 0) > 0))
+                self.assertEqual(best, token, f"step {checked}: {top}")
+                checked += 1
+            counts[token] = counts.get(token, 0) + 1
+        self.assertGreater(checked, 40)
+        self.assertNotEqual(r.choices[0].text, self.grpc_text("Once upon a time", 48), "the penalties changed nothing")
+        for kw, param in [(dict(presence_penalty=3), "presence_penalty"),
+                          (dict(frequency_penalty=-2.5), "frequency_penalty"),
+                          (dict(logit_bias={"abc": 1}), "logit_bias.abc"),
+                          (dict(logit_bias={"5": 150}), "logit_bias.5"),
+                          (dict(logit_bias={"99999999": 1}), "logit_bias.99999999")]:
+            with self.subTest(param=param):
+                with self.assertRaises(openai.BadRequestError) as cm:
+                    self.client.completions.create(model="stories", prompt="Once", **kw)
+                self.assertEqual(cm.exception.param, param)
+                self.assertIn(param, cm.exception.message)
+
     # --- chat
 
     def test_chat_stream_and_whole_agree(self):

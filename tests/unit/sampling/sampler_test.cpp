@@ -165,6 +165,50 @@ TEST(Sampler, RepetitionPenaltyDemotesSeenTokens) {
   EXPECT_EQ(s2.sample(neg.data(), 2, {1}), 0) << "-0.6 * 2 = -1.2 < -1.0";
 }
 
+TEST(Sampler, LogitBiasShiftsTheChoiceAndNeverTouchesOtherTokens) {
+  SamplingParams p;
+  p.logit_bias = {{2, 1.5f}, {7, 100.0f}};  // 7 is past this vocabulary: ignored
+  Sampler s(p);
+  std::vector<float> l = {1.0f, 2.0f, 1.0f};
+  EXPECT_EQ(s.sample(l.data(), 3, {}), 2) << "1.0 + 1.5 = 2.5 > 2.0";
+  EXPECT_FLOAT_EQ(l[0], 1.0f);
+  EXPECT_FLOAT_EQ(l[1], 2.0f);
+  p.logit_bias = {{1, -100.0f}};
+  Sampler banned(p);
+  p.temperature = 1.0f;
+  for (int i = 0; i < 200; ++i) {
+    std::vector<float> m = {0.0f, 50.0f, 0.0f};
+    ASSERT_NE(banned.sample(m.data(), 3, {}), 1) << "a -100 bias bans the token";
+  }
+}
+
+TEST(Sampler, FrequencyAndPresencePenaltiesCountOnlyAcceptedTokens) {
+  SamplingParams p;
+  p.frequency_penalty = 0.5f;
+  p.presence_penalty = 0.25f;
+  Sampler s(p);
+  // The prompt's tokens (history) are not penalised, only what the generation took.
+  std::vector<float> l = {2.0f, 1.5f, 0.0f};
+  EXPECT_EQ(s.sample(l.data(), 3, {0, 0, 0}), 0);
+  s.accept(0);
+  l = {2.0f, 1.5f, 0.0f};
+  EXPECT_EQ(s.sample(l.data(), 3, {0}), 1) << "one count: 2.0 - 0.5 - 0.25 = 1.25 < 1.5";
+  EXPECT_FLOAT_EQ(l[0], 1.25f);
+  s.accept(1);
+  s.accept(1);
+  l = {2.0f, 1.5f, 0.0f};
+  EXPECT_EQ(s.sample(l.data(), 3, {0}), 0) << "two counts of 1: 1.5 - 1.0 - 0.25 = 0.25 < 1.25";
+  EXPECT_FLOAT_EQ(l[1], 0.25f);
+  EXPECT_FLOAT_EQ(l[2], 0.0f);
+  // Negative penalties encourage repeats.
+  SamplingParams q;
+  q.presence_penalty = -1.0f;
+  Sampler r(q);
+  r.accept(2);
+  std::vector<float> m = {0.5f, 0.0f, 0.0f};
+  EXPECT_EQ(r.sample(m.data(), 3, {}), 2);
+}
+
 TEST(SamplingParams, ValidateNamesTheField) {
   SamplingParams p;
   EXPECT_TRUE(p.validate().ok());
@@ -188,6 +232,17 @@ TEST(SamplingParams, ValidateNamesTheField) {
   p = {};
   p.repetition_penalty = 0;
   EXPECT_NE(p.validate().message().find("repetition_penalty"), std::string::npos);
+  p = {};
+  p.presence_penalty = 2.5f;
+  EXPECT_NE(p.validate().message().find("presence_penalty"), std::string::npos);
+  p = {};
+  p.frequency_penalty = NAN;
+  EXPECT_NE(p.validate().message().find("frequency_penalty"), std::string::npos);
+  p = {};
+  p.logit_bias = {{3, 101.0f}};
+  EXPECT_NE(p.validate().message().find("logit_bias"), std::string::npos);
+  p.logit_bias = {{-1, 1.0f}};
+  EXPECT_NE(p.validate().message().find("logit_bias"), std::string::npos);
 }
 
 TEST(StopMatcher, EmitsTextBeforeTheStopString) {
