@@ -51,13 +51,17 @@ struct HiddenStates {
   std::vector<std::vector<float>> states;    // per layer: [n_tokens, n_embd], the state after it
   std::vector<int32_t> final_top1;           // [n_tokens] argmax of the model's own logits
   std::vector<int32_t> sequence;             // [n_tokens] index of the token's sequence
+  // [n_tokens, n_embd]: the state entering the last block, when asked for (an MLP head started from
+  // the last block's FFN fits its adapter to it); empty otherwise.
+  std::vector<float> last_block_input;
 
   int64_t n_tokens() const { return static_cast<int64_t>(final_top1.size()); }
   const std::vector<float>& at(int32_t layer) const;  // states of a captured layer
 };
 // INVALID_ARGUMENT for a layer outside 1..n_layer, or a model loaded short of its depth.
 StatusOr<HiddenStates> collect_hidden_states(Model& model, const std::vector<std::vector<TokenId>>& sequences,
-                                             const std::vector<int32_t>& exit_layers, const ProgressLog& log = nullptr);
+                                             const std::vector<int32_t>& exit_layers, const ProgressLog& log = nullptr,
+                                             bool keep_last_block_input = false);
 
 // Top-1 token of the exit head lm_head(final_norm(a)), a = W h + b (+ the residual MLP when `mlp`
 // is given), for rows h [n, n_embd]; an empty w is the identity (logit lens). Runs on the model's
@@ -94,6 +98,11 @@ struct CalibrationOptions {
   // head kind "mlp" (distill_mlp); 0: none.
   int32_t mlp_hidden = 0;
   float mlp_learning_rate = 3e-4f;  // Adam, for the MLP (1e-3 made its fit loss climb back by the third epoch)
+  // How the MLP starts: "random" (gate, up random, down 0: the distilled adapter's head), or
+  // "last-ffn": the model's own last FFN (mlp_hidden = n_ff), behind a ridge adapter fitted to the
+  // state entering the last block — the exit skips to the last block and runs its FFN, not its
+  // attention, so it needs no KV cache of its own. Needs HiddenStates::last_block_input.
+  std::string mlp_init = "random";
   int32_t teacher_top_k = 64;    // the teacher's tokens the sparse KL keeps
   int32_t curve_points = 64;     // points of each exit's agreement curve
   ProgressLog log;
@@ -117,6 +126,7 @@ struct ExitCalibration {
   std::string kept = "identity"; // identity, ridge, distilled or mlp: the best on held-out agreement
   double distill_seconds = 0, distill_kl_start = 0, distill_kl_best = 0;  // held-out sparse KL, nats
   double mlp_agreement = -1;     // the residual-MLP head's (-1: not trained)
+  double mlp_agreement_start = -1;  // its start's (the adapter's head, or the last FFN behind its adapter)
   double mlp_seconds = 0, mlp_kl_start = 0, mlp_kl_best = 0;
   // The agreement curve (fitted on the even held-out tokens) at 0.5 .. 0.95 on the odd ones.
   std::vector<CurveCheck> curve_checks;

@@ -91,8 +91,15 @@ StatusOr<DistillReport> distill_adapter(const HostHead& head, const float* x_fit
 // Trains a residual MLP of `hidden` units after a frozen adapter, from rows a = W h + b: gate and up
 // start random and down at zero, so the head starts as the adapter's (EE-Tuning's MLP exit, with
 // the backbone and the adapter frozen). Its cost per step is the LM head's, as distill_adapter's.
+// With `start`, it starts from that MLP instead (its width is `hidden`), e.g. the model's last FFN.
 StatusOr<DistillReport> distill_mlp(const HostHead& head, const float* a_fit, const TeacherTargets& t_fit,
                                     const float* a_held, const TeacherTargets& t_held, const DistillOptions& options,
-                                    int32_t hidden, ResidualMlp* mlp);
+                                    int32_t hidden, ResidualMlp* mlp, const ResidualMlp* start = nullptr);
+
+// The model's last FFN as a residual MLP on rows a = h / c, where h is the state entering the last
+// block and c its typical RMS: down(silu(gate(n)) * up(n)) with n = a / rms(a), the FFN norm's weight
+// folded into gate and up, down divided by c. Exact for rows whose RMS is c: the last block without
+// its attention, up to the final norm's scale. Host f32 (FAILED_PRECONDITION off the cpu backend).
+StatusOr<ResidualMlp> last_ffn_mlp(const Model& model, float c);
 
 }  // namespace helios

@@ -53,6 +53,9 @@ int cmd_calibrate(int argc, char** argv) {
       .option("mlp-hidden", "H", "also train a residual MLP of H hidden units after each distilled adapter (head kind "
               "mlp: more capacity than an affine map, about the LM head's cost again per epoch); 0 = none", "0")
       .option("mlp-lr", "LR", "the residual MLP's Adam learning rate", "3e-4")
+      .option("mlp-init", "HOW", "how the MLP starts: random (down = 0: the distilled head), or last-ffn: the model's "
+              "own last FFN (its width; --mlp-hidden not needed) behind a ridge adapter onto the state entering the "
+              "last block, i.e. the exit skips to the last block's FFN; try --mlp-lr 1e-5", "random")
       .option("distill-rank", "R", "distillation trains ridge + diagonal + a rank-R product; 0 = the whole matrix", "32");
   args.example("helios calibrate --model models/SmolLM2-135M-Instruct.Q4_1.gguf --exits 4,8,12,16,20,24,28 \\\n"
                "      --text ../shared/data/sharegpt/mlenergy_ShareGPT_V3_filtered_1000_prompts.json")
@@ -106,6 +109,14 @@ int cmd_calibrate(int argc, char** argv) {
     }
     HELIOS_ASSIGN_OR_RETURN(int64_t mlp_hidden, args.integer("mlp-hidden"));
     if (mlp_hidden < 0 || mlp_hidden > 65536) return invalid_argument("--mlp-hidden must be 0..65536");
+    opt.mlp_init = args.str("mlp-init");
+    if (opt.mlp_init != "random" && opt.mlp_init != "last-ffn") {
+      return invalid_argument("--mlp-init must be random or last-ffn, got '" + opt.mlp_init + "'");
+    }
+    if (opt.mlp_init == "last-ffn") {
+      if (mlp_hidden != 0) return invalid_argument("--mlp-init last-ffn has the FFN's width: leave out --mlp-hidden");
+      mlp_hidden = 1;  // the FFN's width, set once the model is loaded
+    }
     if (opt.head == "mlp" && mlp_hidden == 0) return invalid_argument("--head mlp needs --mlp-hidden H (e.g. 1024)");
     opt.mlp_hidden = static_cast<int32_t>(mlp_hidden);
     HELIOS_ASSIGN_OR_RETURN(double mlp_lr, args.number("mlp-lr"));
@@ -158,7 +169,8 @@ int cmd_calibrate(int argc, char** argv) {
     std::fprintf(stderr, "calibrate: note: the text gave %lld of the %lld tokens asked for\n",
                  static_cast<long long>(n_tokens), static_cast<long long>(max_tokens));
   }
-  auto data = collect_hidden_states(model, sequences, model.exit_layers(), opt.log);
+  if (opt.mlp_init == "last-ffn") opt.mlp_hidden = model.config().n_ff;
+  auto data = collect_hidden_states(model, sequences, model.exit_layers(), opt.log, opt.mlp_init == "last-ffn");
   if (!data.ok()) return fail("calibrate", data.status());
   auto result = fit_exit_heads(model, *data, opt);
   if (!result.ok()) return fail("calibrate", result.status());

@@ -64,7 +64,8 @@ const std::vector<float>& HiddenStates::at(int32_t layer) const {
 }
 
 StatusOr<HiddenStates> collect_hidden_states(Model& model, const std::vector<std::vector<TokenId>>& sequences,
-                                             const std::vector<int32_t>& exit_layers, const ProgressLog& log) {
+                                             const std::vector<int32_t>& exit_layers, const ProgressLog& log,
+                                             bool keep_last_block_input) {
   const ModelConfig& c = model.config();
   if (model.n_layers_loaded() != c.n_layer) {
     return invalid_argument("calibration needs every layer loaded (" + std::to_string(model.n_layers_loaded()) +
@@ -98,6 +99,10 @@ StatusOr<HiddenStates> collect_hidden_states(Model& model, const std::vector<std
   HELIOS_ASSIGN_OR_RETURN(auto runner, TeacherForcedRunner::create(model, max_len));
   ForwardBatch capture;
   capture.capture_layers = out.layers;
+  // The state entering the last block is the state after block n_layer - 1, an exit or not.
+  const auto last_input_at = static_cast<size_t>(
+      std::find(out.layers.begin(), out.layers.end(), c.n_layer - 1) - out.layers.begin());
+  if (keep_last_block_input && last_input_at == out.layers.size()) capture.capture_layers.push_back(c.n_layer - 1);
 
   out.states.assign(out.layers.size(), {});
   for (auto& s : out.states) s.reserve(total * c.n_embd);
@@ -112,6 +117,10 @@ StatusOr<HiddenStates> collect_hidden_states(Model& model, const std::vector<std
     }
     for (size_t i = 0; i < out.layers.size(); ++i) {
       out.states[i].insert(out.states[i].end(), fr.captured[i].begin(), fr.captured[i].end());
+    }
+    if (keep_last_block_input) {
+      const auto& in = fr.captured[last_input_at];
+      out.last_block_input.insert(out.last_block_input.end(), in.begin(), in.end());
     }
     done += sequences[s].size();
     if (done >= next_report || s + 1 == sequences.size()) {
@@ -202,6 +211,18 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
   if (opt.head == "distilled" && !opt.distill) return invalid_argument("head 'distilled' needs distill on");
   if (opt.head == "mlp" && opt.mlp_hidden < 1) return invalid_argument("head 'mlp' needs mlp_hidden >= 1");
   if (opt.mlp_hidden < 0) return invalid_argument("mlp_hidden must be >= 0, got " + std::to_string(opt.mlp_hidden));
+  const bool from_last_ffn = opt.mlp_init == "last-ffn";
+  if (!from_last_ffn && opt.mlp_init != "random") {
+    return invalid_argument("mlp_init must be random or last-ffn, got '" + opt.mlp_init + "'");
+  }
+  if (from_last_ffn && opt.mlp_hidden != c.n_ff) {
+    return invalid_argument("an MLP started from the last FFN is the FFN's width: mlp_hidden must be " +
+                            std::to_string(c.n_ff) + ", got " + std::to_string(opt.mlp_hidden));
+  }
+  if (from_last_ffn && data.last_block_input.size() != data.states.back().size()) {
+    return invalid_argument("mlp_init last-ffn needs the states entering the last block "
+                            "(collect_hidden_states with keep_last_block_input)");
+  }
 
   // Held-out tokens: whole sequences when there are enough of them (neighbouring tokens are
   // alike, so a token interleave would flatter the fit), else every k-th token.
@@ -242,6 +263,26 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
     teacher_held = teacher_targets(host, y_held.data(), static_cast<int64_t>(held_rows.size()), opt.teacher_top_k);
     say(opt.log, fmt("calibrate: teacher targets (top %.0f of the last layer) for %.0f tokens in %.1f s",
                      opt.teacher_top_k, static_cast<double>(n), seconds_since(t0)));
+  }
+
+  // An MLP started from the last FFN: its adapter maps onto the state entering the last block (over
+  // its RMS, as y_ridge), and its down projection is divided by that state's median RMS.
+  std::vector<float> y_last_input;
+  ResidualMlp last_ffn;
+  if (from_last_ffn) {
+    y_last_input = gather_rows(data.last_block_input, fit_rows, d);
+    std::vector<float> rms(fit_rows.size());
+    for (size_t i = 0; i < fit_rows.size(); ++i) {
+      double ss = 0;
+      for (int32_t j = 0; j < d; ++j) ss += static_cast<double>(y_last_input[i * d + j]) * y_last_input[i * d + j];
+      rms[i] = static_cast<float>(std::sqrt(ss / d));
+    }
+    std::nth_element(rms.begin(), rms.begin() + rms.size() / 2, rms.end());
+    const float median_rms = rms[rms.size() / 2];
+    divide_rows_by_rms(y_last_input.data(), static_cast<int64_t>(fit_rows.size()), d, c.rms_eps);
+    HELIOS_ASSIGN_OR_RETURN(last_ffn, last_ffn_mlp(model, median_rms));
+    say(opt.log, fmt("calibrate: MLP heads start from the last block's FFN (%.0f hidden; median RMS into it %.2f)",
+                     c.n_ff, median_rms));
   }
 
   CalibrationResult result;
@@ -322,24 +363,36 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
       cal.distilled_agreement = agreement(distilled_held, final_held, held_index);
       if (consider("distilled", cal.distilled_agreement, distilled_held, distilled_prob)) w = wd, b = bd;
     }
-    ResidualMlp mlp;  // trained on the distilled adapter's output; kept only when the "mlp" head is
+    ResidualMlp mlp;  // trained on its adapter's output; kept only when the "mlp" head is
     if (opt.mlp_hidden > 0) {
+      // Its adapter: the distilled one, or from the last FFN, a ridge fit (the penalty the exit's
+      // ridge adapter kept) onto the state entering the last block.
+      std::vector<float> wm = wd, bm = bd;
+      if (from_last_ffn) {
+        std::vector<AffineAdapter> into_last;
+        HELIOS_RETURN_IF_ERROR(fit_affine_adapters(x_fit.data(), y_last_input.data(), cal.n_fit, d, {cal.ridge},
+                                                   &into_last));
+        wm = std::move(into_last[0].w);
+        bm = std::move(into_last[0].b);
+      }
       std::vector<float> a_fit, a_held;
-      affine_rows(x_fit.data(), cal.n_fit, d, wd, bd, &a_fit);
-      affine_rows(x_held.data(), cal.n_held_out, d, wd, bd, &a_held);
+      affine_rows(x_fit.data(), cal.n_fit, d, wm, bm, &a_fit);
+      affine_rows(x_held.data(), cal.n_held_out, d, wm, bm, &a_held);
       DistillOptions mopt = dopt;
       mopt.learning_rate = opt.mlp_learning_rate;
-      HELIOS_ASSIGN_OR_RETURN(DistillReport rep, distill_mlp(host, a_fit.data(), teacher_fit, a_held.data(),
-                                                             teacher_held, mopt, opt.mlp_hidden, &mlp));
+      HELIOS_ASSIGN_OR_RETURN(DistillReport rep,
+                              distill_mlp(host, a_fit.data(), teacher_fit, a_held.data(), teacher_held, mopt,
+                                          opt.mlp_hidden, &mlp, from_last_ffn ? &last_ffn : nullptr));
       cal.mlp_seconds = rep.seconds;
       cal.mlp_kl_start = rep.held_kl_start;
       cal.mlp_kl_best = rep.held_kl_best;
+      cal.mlp_agreement_start = rep.held_agreement_start;
       std::vector<float> mlp_prob;
       HELIOS_ASSIGN_OR_RETURN(auto mlp_held,
-                              exit_head_top1(model, x_held.data(), cal.n_held_out, wd, bd, &mlp_prob, &mlp));
+                              exit_head_top1(model, x_held.data(), cal.n_held_out, wm, bm, &mlp_prob, &mlp));
       cal.mlp_agreement = agreement(mlp_held, final_held, held_index);
       if (consider("mlp", cal.mlp_agreement, mlp_held, mlp_prob)) {
-        w = wd, b = bd;
+        w = std::move(wm), b = std::move(bm);
       } else {
         mlp = {};
       }
@@ -415,7 +468,7 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
                      cal.adapter_agreement, cal.ridge) +
                      fmt(", probe %.3f", cal.probe_accuracy) +
                      (opt.distill ? fmt(", distilled %.3f", cal.distilled_agreement) : std::string()) +
-                     (opt.mlp_hidden > 0 ? fmt(", mlp %.3f", cal.mlp_agreement) : std::string()) +
+                     (opt.mlp_hidden > 0 ? fmt(", mlp %.3f (from %.3f)", cal.mlp_agreement, cal.mlp_agreement_start) : std::string()) +
                      fmt(", threshold %.3f covering %.3f", cal.threshold, cal.coverage) + " (" + cal.kept + " kept" +
                      fmt("; %.1f s: ridge %.1f, distill %.1f", seconds_since(t0), adapter_s, cal.distill_seconds) +
                      fmt(", mlp %.1f, probe %.1f)", cal.mlp_seconds, seconds_since(t0) - adapter_s - heads_s));

@@ -162,6 +162,38 @@ StatusOr<HostHead> host_head(const Model& model) {
   return h;
 }
 
+StatusOr<ResidualMlp> last_ffn_mlp(const Model& model, float c) {
+  const ModelConfig& cfg = model.config();
+  if (model.backend().name() != "cpu") {
+    return failed_precondition("the last FFN is read on the host: calibrate on the cpu backend (got " +
+                               model.backend().name() + ")");
+  }
+  if (model.n_layers_loaded() != cfg.n_layer) return failed_precondition("last_ffn_mlp needs the last block loaded");
+  if (!(c > 0)) return invalid_argument("last_ffn_mlp: the scale must be > 0");
+  const LayerWeights& last = model.weights().layers.back();
+  const int32_t d = cfg.n_embd, f = cfg.n_ff;
+  ResidualMlp mlp;
+  mlp.hidden = f;
+  mlp.gate.resize(static_cast<size_t>(f) * d);
+  mlp.up.resize(mlp.gate.size());
+  mlp.down.resize(mlp.gate.size());
+  std::vector<float> norm(d);
+  model.backend().download(norm.data(), last.ffn_norm.data(), d);
+  for (int32_t r = 0; r < f; ++r) {
+    float* g = mlp.gate.data() + static_cast<size_t>(r) * d;
+    float* u = mlp.up.data() + static_cast<size_t>(r) * d;
+    HELIOS_RETURN_IF_ERROR(dequantize_weight_row(last.w_gate.view, r, g));
+    HELIOS_RETURN_IF_ERROR(dequantize_weight_row(last.w_up.view, r, u));
+    for (int32_t j = 0; j < d; ++j) g[j] *= norm[j], u[j] *= norm[j];
+  }
+  for (int32_t r = 0; r < d; ++r) {
+    float* row = mlp.down.data() + static_cast<size_t>(r) * f;
+    HELIOS_RETURN_IF_ERROR(dequantize_weight_row(last.w_down.view, r, row));
+    for (int32_t j = 0; j < f; ++j) row[j] /= c;
+  }
+  return mlp;
+}
+
 TeacherTargets teacher_targets(const HostHead& head, const float* h_last, int64_t n_rows, int32_t k) {
   TeacherTargets t;
   t.k = std::min(k, head.n_vocab);
@@ -398,23 +430,30 @@ StatusOr<DistillReport> distill_adapter(const HostHead& head, const float* x_fit
 
 StatusOr<DistillReport> distill_mlp(const HostHead& head, const float* a_fit, const TeacherTargets& t_fit,
                                     const float* a_held, const TeacherTargets& t_held, const DistillOptions& opt,
-                                    int32_t hidden, ResidualMlp* mlp) {
+                                    int32_t hidden, ResidualMlp* mlp, const ResidualMlp* start) {
   const int32_t d = head.n_embd;
   if (hidden < 1) return invalid_argument("distill_mlp needs a hidden width >= 1, got " + std::to_string(hidden));
   if (opt.epochs < 1 || opt.batch_rows < 1) return invalid_argument("distill_mlp needs epochs and batch_rows >= 1");
   const int64_t n = t_fit.n_rows();
   if (n < 1) return invalid_argument("distill_mlp: no fit rows");
-  // Gate and up random, down 0: the MLP adds nothing at the start, so training starts from the
-  // adapter's own head and every step is measured against it.
-  std::mt19937_64 rng(opt.seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f / std::sqrt(static_cast<float>(d)));
   const size_t size = static_cast<size_t>(hidden) * d;
-  mlp->hidden = hidden;
-  mlp->gate.resize(size);
-  mlp->up.resize(size);
-  for (float& x : mlp->gate) x = normal(rng);
-  for (float& x : mlp->up) x = normal(rng);
-  mlp->down.assign(size, 0.0f);
+  if (start) {
+    if (start->hidden != hidden || start->gate.size() != size || start->up.size() != size || start->down.size() != size) {
+      return invalid_argument("distill_mlp: the start MLP is not " + std::to_string(hidden) + " x " + std::to_string(d));
+    }
+    *mlp = *start;
+  } else {
+    // Gate and up random, down 0: the MLP adds nothing at the start, so training starts from the
+    // adapter's own head and every step is measured against it.
+    std::mt19937_64 rng(opt.seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f / std::sqrt(static_cast<float>(d)));
+    mlp->hidden = hidden;
+    mlp->gate.resize(size);
+    mlp->up.resize(size);
+    for (float& x : mlp->gate) x = normal(rng);
+    for (float& x : mlp->up) x = normal(rng);
+    mlp->down.assign(size, 0.0f);
+  }
 
   Adam adam_gate, adam_up, adam_down;
   ResidualMlp grad;

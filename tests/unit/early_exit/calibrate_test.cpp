@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "helios/calibrate.h"
+#include "helios/distill.h"
 #include "helios/sampler.h"
 #include "stories_model.h"
 
@@ -364,6 +365,119 @@ TEST(Calibrate, MlpHeadIsTheOneForwardRuns) {
   CalibrationOptions bad;
   bad.head = "mlp";  // without a hidden width
   EXPECT_FALSE(fit_exit_heads(*c.s.model, c.data, bad).ok());
+}
+
+// The last FFN as an exit MLP: on a row h entering the last block, over its RMS c, the MLP built
+// with scale c gives the logits of h + FFN(h) (the last block without its attention), computed here
+// from the dequantized weights; through the forward pass's exit head (Q8_0 matrices).
+TEST(Calibrate, LastFfnMlpIsTheLastBlockWithoutItsAttention) {
+  Calibrated& c = Calibrated::get();
+  Model& m = *c.s.model;
+  const ModelConfig& cfg = m.config();
+  const int32_t d = cfg.n_embd, f = cfg.n_ff, V = cfg.n_vocab;
+  const std::vector<std::vector<TokenId>> two = {c.sequences[0], c.sequences[1]};
+  auto with_exit = collect_hidden_states(m, two, {4}, nullptr, true);  // 4: the last block's input is an exit
+  auto without = collect_hidden_states(m, two, {2}, nullptr, true);
+  ASSERT_TRUE(with_exit.ok() && without.ok());
+  EXPECT_EQ(with_exit->last_block_input, with_exit->at(4));
+  EXPECT_EQ(without->last_block_input, with_exit->at(4));
+  EXPECT_EQ(without->layers, (std::vector<int32_t>{2, 5}));
+  EXPECT_TRUE(collect_hidden_states(m, two, {2})->last_block_input.empty());
+
+  auto dequant = [](const WeightMatrix& w, int32_t rows, int32_t cols) {
+    std::vector<float> out(static_cast<size_t>(rows) * cols);
+    for (int32_t r = 0; r < rows; ++r) EXPECT_TRUE(dequantize_weight_row(w, r, out.data() + size_t(r) * cols).ok());
+    return out;
+  };
+  const LayerWeights& last = m.weights().layers.back();
+  const auto wg = dequant(last.w_gate.view, f, d), wu = dequant(last.w_up.view, f, d), wd = dequant(last.w_down.view, d, f);
+  const auto head = dequant(m.weights().output.view, V, d);
+  std::vector<float> ffn_norm(d), out_norm(d);
+  m.backend().download(ffn_norm.data(), last.ffn_norm.data(), d);
+  m.backend().download(out_norm.data(), m.weights().output_norm.data(), d);
+  auto rms_normed = [&](const std::vector<float>& x, const std::vector<float>& w) {
+    double ss = 0;
+    for (float v : x) ss += double(v) * v;
+    const double inv = 1.0 / std::sqrt(ss / d + cfg.rms_eps);
+    std::vector<float> y(d);
+    for (int32_t j = 0; j < d; ++j) y[j] = static_cast<float>(x[j] * inv) * w[j];
+    return y;
+  };
+  for (int64_t row : {0, 5, 77, 200}) {
+    SCOPED_TRACE("row " + std::to_string(row));
+    std::vector<float> h(with_exit->last_block_input.begin() + row * d, with_exit->last_block_input.begin() + (row + 1) * d);
+    double ss = 0;
+    for (float v : h) ss += double(v) * v;
+    const auto rms = static_cast<float>(std::sqrt(ss / d));
+    // Reference: h + down(silu(gate(n)) * up(n)), n = rmsnorm(h) * ffn_norm, then the model's head.
+    const std::vector<float> n = rms_normed(h, ffn_norm);
+    std::vector<float> act(f), y = h;
+    for (int32_t i = 0; i < f; ++i) {
+      float g = 0, u = 0;
+      for (int32_t j = 0; j < d; ++j) g += wg[size_t(i) * d + j] * n[j], u += wu[size_t(i) * d + j] * n[j];
+      act[i] = g / (1 + std::exp(-g)) * u;
+    }
+    for (int32_t j = 0; j < d; ++j) {
+      for (int32_t i = 0; i < f; ++i) y[j] += wd[size_t(j) * f + i] * act[i];
+    }
+    const std::vector<float> yn = rms_normed(y, out_norm);
+    std::vector<float> logits(V);
+    for (int32_t t = 0; t < V; ++t) {
+      for (int32_t j = 0; j < d; ++j) logits[t] += head[size_t(t) * d + j] * yn[j];
+    }
+    const TokenId want = argmax(logits.data(), V);
+    double z = 0;
+    for (float l : logits) z += std::exp(l - logits[want]);
+
+    auto mlp = last_ffn_mlp(m, rms);
+    ASSERT_TRUE(mlp.ok()) << mlp.status().to_string();
+    EXPECT_EQ(mlp->hidden, f);
+    std::vector<float> a(d);
+    for (int32_t j = 0; j < d; ++j) a[j] = h[j] / rms;
+    std::vector<float> prob;
+    auto top1 = exit_head_top1(m, a.data(), 1, {}, {}, &prob, &*mlp);
+    ASSERT_TRUE(top1.ok());
+    EXPECT_EQ((*top1)[0], want);
+    EXPECT_NEAR(prob[0], 1.0 / z, 0.01);
+  }
+  EXPECT_FALSE(last_ffn_mlp(m, 0.0f).ok());
+}
+
+// From the last FFN, calibration keeps an MLP head of the FFN's width behind a ridge adapter onto
+// the state entering the last block; it is refused without those states or at another width.
+TEST(Calibrate, MlpHeadStartedFromTheLastFfn) {
+  Calibrated& c = Calibrated::get();
+  Model& m = *c.s.model;
+  const std::vector<std::vector<TokenId>> some(c.sequences.begin(), c.sequences.begin() + 16);
+  auto data = collect_hidden_states(m, some, {2, 3}, nullptr, true);
+  ASSERT_TRUE(data.ok());
+  CalibrationOptions opt;
+  opt.mlp_init = "last-ffn";
+  opt.mlp_hidden = m.config().n_ff;
+  opt.mlp_learning_rate = 1e-4f;
+  opt.distill_epochs = 1;
+  opt.head = "mlp";
+  opt.distill = true;
+  auto result = fit_exit_heads(m, *data, opt);
+  ASSERT_TRUE(result.ok()) << result.status().to_string();
+  for (const ExitCalibration& e : result->exits) {
+    SCOPED_TRACE("layer " + std::to_string(e.layer));
+    EXPECT_EQ(e.kept, "mlp");
+    EXPECT_GE(e.mlp_agreement_start, 0.0);
+    EXPECT_LE(e.mlp_kl_best, e.mlp_kl_start);
+    const ExitHeadParams* h = result->heads.find(e.layer);
+    ASSERT_NE(h, nullptr);
+    EXPECT_EQ(h->mlp.hidden, m.config().n_ff);
+    EXPECT_FALSE(h->adapter_weight.empty());
+  }
+  CalibrationOptions wrong_width = opt;
+  wrong_width.mlp_hidden = 8;
+  EXPECT_FALSE(fit_exit_heads(m, *data, wrong_width).ok());
+  auto plain = collect_hidden_states(m, some, {2, 3});
+  EXPECT_FALSE(fit_exit_heads(m, *plain, opt).ok()) << "needs the states entering the last block";
+  CalibrationOptions unknown = opt;
+  unknown.mlp_init = "zeros";
+  EXPECT_FALSE(fit_exit_heads(m, *data, unknown).ok());
 }
 
 // A forced head kind is kept at every exit whatever it scores, with its own agreement recorded,
