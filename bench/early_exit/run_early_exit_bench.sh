@@ -14,7 +14,7 @@
 # Usage: bench/early_exit/run_early_exit_bench.sh [--model smollm2|qwen-0.5b|qwen-1.5b] [--kinds "lens ridge distilled mlp"] [--quick]
 #   env: HELIOS_BIN (a folder with helios and heliosd: run those, build nothing), NUM_PROMPTS, CONCURRENCY (4), OUTPUT_LEN (48), CAL_TOKENS, DISTILL_EPOCHS (3), EVAL_TOKENS (2048),
 #        DRAFT_VOCAB (16384: self-speculative drafts among the first N token ids; 0 = all),
-#        EXITS, FIXED, DRAFT (the model's exit points, fixed depth and draft exit), MLP_HIDDEN (1024: the mlp kind's width),
+#        EXITS, FIXED, DRAFT (the model's exit points, fixed depth and draft exit), MLP_HIDDEN (1024: the mlp kind's width), MLP_INIT (random, or last-ffn: the mlp kind from the last FFN),
 #        HEADS_lens, HEADS_ridge, HEADS_distilled (a heads file to use for that kind instead of calibrating one)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -95,7 +95,9 @@ for kind in $KINDS; do
     echo "== calibrate $kind heads (once, $CAL_TOKENS tokens): $heads" >&2
     "$BIN/helios" calibrate --model "$MODEL" --exits "$EXITS" --text "$SG_CAL" --text "$GSM8K" \
       --max-tokens "$CAL_TOKENS" --head "$kind" --distill-epochs "$DISTILL_EPOCHS" \
-      $([ "$kind" = mlp ] && echo --mlp-hidden "${MLP_HIDDEN:-1024}") --out "$heads" | tee "$WORK/calibrate_$kind.txt"
+      $([ "$kind" = mlp ] && if [ "${MLP_INIT:-random}" = last-ffn ]; then echo --mlp-init last-ffn --mlp-lr 1e-5;
+                             else echo --mlp-hidden "${MLP_HIDDEN:-1024}"; fi) \
+      --out "$heads" | tee "$WORK/calibrate_$kind.txt"
   fi
 done
 
