@@ -125,23 +125,17 @@ bool ref_matmul_quantized_is_vector();
 
 // --- Interleaved weights: the CPU backend's layout for Q4_K and Q6_K matrices, repacked once at load.
 // Each group of 4 rows stores its super-blocks together (the same bytes as the 4 GGUF rows,
-// rearranged, or for Q6_K on AVX2 widened: kernels/ref/quant_matmul_x4.cpp), so that one activation broadcast feeds products
+// rearranged: kernels/ref/quant_matmul_x4.cpp), so that one activation broadcast feeds products
 // with 4 rows. Its float sums run in another order than ref_matmul_quantized's (llama.cpp's row
 // kernel): results agree to rounding, not bit for bit; the vector and scalar code agree exactly.
 constexpr int32_t kInterleavedRows = 4;
 // Whether a [n_out, n_in] matrix of weight_type can be interleaved: Q4_K or Q6_K, n_out a multiple of 4.
 bool ref_interleavable(uint32_t weight_type, int32_t n_out, int32_t n_in);
-// The fewest activation rows from which this build's interleaved kernel for weight_type beats its
-// row kernel: 1 (always) for Q4_K, and for Q6_K with AVX-512VL, whose 32 registers let a tile
-// unpack its weights once for 8 activation rows. With AVX2's 16 registers Q6_K is widened to a
-// byte per value at load instead (no unpacking, 30% more bytes), which pays from
-// kQ6WideMinRows rows: below, a matmul streams its weights from memory and the bytes cost more
-// than the unpacking saves. 0: never (other types).
-inline constexpr int32_t kQ6WideMinRows = 16;
-int32_t ref_interleaved_min_rows(uint32_t weight_type);
-// The bytes of a [n_out, n_in] matrix of weight_type interleaved: GGUF's, or more for widened Q6_K.
-int64_t ref_interleaved_bytes(uint32_t weight_type, int32_t n_out, int32_t n_in);
-// out = w interleaved: [n_out, n_in] of weight_type, out ref_interleaved_bytes long.
+// Whether this build's interleaved kernel for weight_type beats its row kernel: Q4_K always; Q6_K
+// only with AVX-512VL, whose 32 registers let a tile unpack its weights once for 8 activation
+// rows (with AVX2's 16, for 4, and the unpacking costs what the row kernel's multiplies save).
+bool ref_interleaved_pays(uint32_t weight_type);
+// out = w interleaved: both [n_out, n_in] of weight_type's bytes.
 void ref_interleave_weights(uint32_t weight_type, const void* w, int32_t n_out, int32_t n_in, void* out);
 // One row of an interleaved matrix back in GGUF's bytes (a tied embedding table's lookup).
 void ref_deinterleave_row(uint32_t weight_type, const void* w, int32_t n_in, int32_t row, void* out);

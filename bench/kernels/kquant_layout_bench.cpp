@@ -75,7 +75,7 @@ void run(uint32_t type, const char* name, int K, int n_out, int n_rows) {
   for (auto& v : xf) v = normal(rng);
   std::vector<BlockQ8_K> xq(static_cast<size_t>(n_rows) * nb);
   quantize_q8_k(xf.data(), xq.data(), n_rows * nb, true);
-  std::vector<uint8_t> w4(static_cast<size_t>(ref_interleaved_bytes(type, n_out, K)));
+  std::vector<Block> w4(w.size());
   ref_interleave_weights(type, w.data(), n_out, K, w4.data());
   auto rows = [&](float* y) { matmul_k_quant(type, true, w.data(), xq.data(), nb, n_rows, n_out, 0, n_out, y); };
   auto interleaved = [&](float* y) { ref_matmul_interleaved(type, w4.data(), xq.data(), n_rows, K, n_out, 0, n_out, y); };

@@ -21,9 +21,6 @@ namespace helios {
 enum class WeightLayout : uint8_t {
   kRows,         // GGUF's: row after row
   kInterleaved,  // groups of kernels::kInterleavedRows rows, their blocks together (kernels::ref_interleave_weights)
-  // GGUF's rows (at `data`, as kRows), then the interleaved copy: for a type whose interleaved
-  // kernel pays only from kernels::ref_interleaved_min_rows activation rows (the backend picks per call).
-  kRowsThenInterleaved,
 };
 
 // A weight matrix in backend memory, [n_out, n_in] in `type`'s GGUF blocks, laid out by `layout`.

@@ -88,56 +88,6 @@ void unpack(const BlockQ6_Kx4& s, int k, BlockQ6_K& o) {
   o.d = s.d[k];
 }
 
-// The same 4 rows' Q6_K super-block with each value widened to a byte (0..63, the stored value
-// before its offset of -32): group g's chunk c of row k at q[g][c][k]. 30% more bytes than GGUF's,
-// and no bits to gather: the AVX2 tile reads a chunk as it multiplies it, which makes Q6_K about
-// as fast as Q4_K where the registers are too few to unpack 6-bit values once for 8 rows.
-struct BlockQ6_Kx4Wide {
-  uint8_t q[8][4][4][8];  // [g][c][k]
-  int8_t scales[4][16];   // [k]: row k's 16 scales
-  uint16_t d[4];
-};
-
-// Row k's value at position 32g + 8c + l of a GGUF Q6_K block (before the offset of -32).
-inline uint8_t q6_k_value(const BlockQ6_K& s, int g, int c, int l) {
-  const int h = g / 4, i = g % 4, at = 8 * c + l;
-  return static_cast<uint8_t>(((s.ql[64 * h + 32 * (i % 2) + at] >> (4 * (i / 2))) & 0xF) |
-                              (((s.qh[32 * h + at] >> (2 * i)) & 3) << 4));
-}
-
-void pack(const BlockQ6_K* const rows[4], BlockQ6_Kx4Wide& o) {
-  for (int k = 0; k < 4; ++k) {
-    const BlockQ6_K& s = *rows[k];
-    for (int g = 0; g < 8; ++g)
-      for (int c = 0; c < 4; ++c)
-        for (int l = 0; l < 8; ++l) o.q[g][c][k][l] = q6_k_value(s, g, c, l);
-    std::memcpy(o.scales[k], s.scales, 16);
-    o.d[k] = s.d;
-  }
-}
-
-void unpack(const BlockQ6_Kx4Wide& s, int k, BlockQ6_K& o) {
-  std::memset(o.ql, 0, sizeof o.ql);
-  std::memset(o.qh, 0, sizeof o.qh);
-  for (int g = 0; g < 8; ++g) {
-    const int h = g / 4, i = g % 4;
-    for (int c = 0; c < 4; ++c)
-      for (int l = 0; l < 8; ++l) {
-        const int q = s.q[g][c][k][l], at = 8 * c + l;
-        o.ql[64 * h + 32 * (i % 2) + at] |= static_cast<uint8_t>((q & 0xF) << (4 * (i / 2)));
-        o.qh[32 * h + at] |= static_cast<uint8_t>((q >> 4) << (2 * i));
-      }
-  }
-  std::memcpy(o.scales, s.scales[k], 16);
-  o.d = s.d[k];
-}
-
-// This build's interleaved Q6_K: GGUF's bytes where a tile unpacks them once for 8 activation
-// rows (AVX-512VL's 32 registers), widened to bytes where it could for only 4 (AVX2's 16).
-using Q6KInterleaved = std::conditional_t<(kSumRowsPerTile >= 8), BlockQ6_Kx4, BlockQ6_Kx4Wide>;
-// Widened, a tile holds no unpacked bits, and 8 rows' sums fit beside its 4 chunks.
-constexpr int kQ6TileRows = std::is_same_v<Q6KInterleaved, BlockQ6_Kx4Wide> ? 8 : kSumRowsPerTile;
-
 // Rows 4g..4g+3 of a [n_out, nb super-blocks] matrix into group g's nb interleaved blocks.
 template <typename Row, typename X4>
 void interleave(const Row* w, int32_t n_out, int nb, X4* out) {
@@ -193,25 +143,24 @@ struct TileQ4KScalar {
 
 // Q6_K: lane h of row k takes the products at chunk positions 4h..4h+3, each times its group's
 // scale, less 32·Σ scale·bsum over groups of 16 0-7 (h = 0) or 8-15 (h = 1): the offset −32.
-inline int q6_value(const BlockQ6_Kx4& wb, int g, int c, int k, int l) {
-  const int h = g / 4, i = g % 4;
-  return ((wb.ql[h][i % 2][c][k][l] >> (4 * (i / 2))) & 0xF) | (((wb.qh[h][c][k][l] >> (2 * i)) & 3) << 4);
-}
-inline int q6_value(const BlockQ6_Kx4Wide& wb, int g, int c, int k, int l) { return wb.q[g][c][k][l]; }
-
-template <typename B>
-void dot_q6_k_x4(const B* w, const BlockQ8_K* x, int nb, float out[4]) {
+void dot_q6_k_x4(const BlockQ6_Kx4* w, const BlockQ8_K* x, int nb, float out[4]) {
   float acc[4][2] = {};
   for (int b = 0; b < nb; ++b) {
-    const B& wb = w[b];
+    const BlockQ6_Kx4& wb = w[b];
     const BlockQ8_K& xb = x[b];
     for (int k = 0; k < 4; ++k) {
       int32_t lanes[2] = {};
       for (int g = 0; g < 8; ++g) {
+        const int h = g / 4, i = g % 4;
         for (int c = 0; c < 4; ++c) {
+          const uint8_t* ql = wb.ql[h][i % 2][c][k];
+          const uint8_t* qh = wb.qh[h][c][k];
           const int8_t* a = xb.qs + 32 * g + 8 * c;
           const int scale = wb.scales[k][2 * g + c / 2];
-          for (int l = 0; l < 8; ++l) lanes[l / 4] += scale * q6_value(wb, g, c, k, l) * a[l];
+          for (int l = 0; l < 8; ++l) {
+            const int q = ((ql[l] >> (4 * (i / 2))) & 0xF) | (((qh[l] >> (2 * i)) & 3) << 4);
+            lanes[l / 4] += scale * q * a[l];
+          }
         }
       }
       for (int t = 0; t < 16; ++t) lanes[t / 8] -= 32 * wb.scales[k][t] * xb.bsums[t];
@@ -223,8 +172,8 @@ void dot_q6_k_x4(const B* w, const BlockQ8_K* x, int nb, float out[4]) {
 }
 
 struct TileQ6KScalar {
-  template <int R, typename B>
-  void operator()(const B* w, const BlockQ8_K* const* x, int nb, float* out) const {
+  template <int R>
+  void operator()(const BlockQ6_Kx4* w, const BlockQ8_K* const* x, int nb, float* out) const {
     for (int r = 0; r < R; ++r) dot_q6_k_x4(w, x[r], nb, out + 4 * r);
   }
 };
@@ -416,8 +365,7 @@ struct Q6KScales {
   __m128i t[4];
   __m256i sc[4];
 };
-template <typename B>
-inline Q6KScales q6k_scales(const B& wb) {
+inline Q6KScales q6k_scales(const BlockQ6_Kx4& wb) {
   const __m128i s0 = load128(wb.scales[0]), s1 = load128(wb.scales[1]), s2 = load128(wb.scales[2]),
                 s3 = load128(wb.scales[3]);
   const __m128i lo01 = _mm_unpacklo_epi8(s0, s1), lo23 = _mm_unpacklo_epi8(s2, s3);
@@ -440,42 +388,32 @@ inline __m256i q6k_offsets(const Q6KScales& s, __m256i bsums) {
   return _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(h01, h23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 // A group's d per int32 lane pair.
-template <typename B>
-inline __m256 q6k_d(const B& wb) {
+inline __m256 q6k_d(const BlockQ6_Kx4& wb) {
   return _mm256_permutevar8x32_ps(
       _mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb.d)))),
       _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
 }
 
-// Group g's four 8-byte chunks of the 4 rows' values (0..63), chunk c in q[c].
-inline void q6k_group(const BlockQ6_Kx4& wb, int g, __m256i q[4]) {
-  const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
-  const int h = g / 4, i = g % 4;
-  for (int c = 0; c < 4; ++c) {
-    const __m256i low = load256(wb.ql[h][i % 2][c]);
-    const __m256i top = _mm256_and_si256(_mm256_srli_epi16(load256(wb.qh[h][c]), 2 * i), m3);
-    q[c] = _mm256_or_si256(_mm256_and_si256(i < 2 ? low : _mm256_srli_epi16(low, 4), m4), _mm256_slli_epi16(top, 4));
-  }
-}
-inline void q6k_group(const BlockQ6_Kx4Wide& wb, int g, __m256i q[4]) {
-  for (int c = 0; c < 4; ++c) q[c] = load256(wb.q[g][c]);
-}
-
-// Over BlockQ6_Kx4 or BlockQ6_Kx4Wide: the same integers, the same float order, the same bits.
 struct TileQ6KAvx2 {
-  template <int R, typename B>
-  void operator()(const B* w, const BlockQ8_K* const* x, int nb, float* out) const {
+  template <int R>
+  void operator()(const BlockQ6_Kx4* w, const BlockQ8_K* const* x, int nb, float* out) const {
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
     for (int b = 0; b < nb; ++b) {
-      const B& wb = w[b];
+      const BlockQ6_Kx4& wb = w[b];
       const Q6KScales s = q6k_scales(wb);
       __m256i sumi[R];
       for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
 #pragma GCC unroll 8
       for (int g = 0; g < 8; ++g) {
+        const int h = g / 4, i = g % 4;
         __m256i q[4];
-        q6k_group(wb, g, q);
+        for (int c = 0; c < 4; ++c) {
+          const __m256i low = load256(wb.ql[h][i % 2][c]);
+          const __m256i top = _mm256_and_si256(_mm256_srli_epi16(load256(wb.qh[h][c]), 2 * i), m3);
+          q[c] = _mm256_or_si256(_mm256_and_si256(i < 2 ? low : _mm256_srli_epi16(low, 4), m4), _mm256_slli_epi16(top, 4));
+        }
         const __m256i scale_a = q6k_spread(s, 2 * g), scale_b = q6k_spread(s, 2 * g + 1);
         for (int r = 0; r < R; ++r) {
           const int8_t* a = x[r][b].qs + 32 * g;
@@ -613,7 +551,7 @@ void matmul_interleaved(uint32_t type, bool vector, const void* w, const void* x
       return matmul_x4<BlockQ6_Kx4, kPairTileRows>(TileQ6KAvx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y,
                                                    TileQ6KAvx512{});
 #endif
-    if (q6) return matmul_x4<Q6KInterleaved, kQ6TileRows>(TileQ6KAvx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
+    if (q6) return matmul_x4<BlockQ6_Kx4, kSumRowsPerTile>(TileQ6KAvx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
 #if HELIOS_QUANT_X4_AVX512
     if (n_rows >= kPairedMinRows)
       return matmul_x4<BlockQ4_Kx4, kPairTileRows>(TileQ4KAvx2{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y,
@@ -623,7 +561,7 @@ void matmul_interleaved(uint32_t type, bool vector, const void* w, const void* x
   }
 #endif
   (void)vector;
-  if (q6) return matmul_x4<Q6KInterleaved, 1>(TileQ6KScalar{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
+  if (q6) return matmul_x4<BlockQ6_Kx4, 1>(TileQ6KScalar{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
   matmul_x4<BlockQ4_Kx4, 1>(TileQ4KScalar{}, w, xq, nb, n_rows, n_out, out_begin, out_end, y);
 }
 
@@ -635,21 +573,15 @@ bool ref_interleavable(uint32_t weight_type, int32_t n_out, int32_t n_in) {
          n_in % kQKK == 0;
 }
 
-int32_t ref_interleaved_min_rows(uint32_t weight_type) {
-  if (weight_type == kWeightQ4_K) return 1;
-  if (weight_type != kWeightQ6_K) return 0;
-  return std::is_same_v<quant::Q6KInterleaved, quant::BlockQ6_Kx4Wide> ? kQ6WideMinRows : 1;
-}
-
-int64_t ref_interleaved_bytes(uint32_t weight_type, int32_t n_out, int32_t n_in) {
-  const int64_t blocks = static_cast<int64_t>(n_out / kInterleavedRows) * (n_in / kQKK);
-  return blocks * static_cast<int64_t>(weight_type == kWeightQ6_K ? sizeof(quant::Q6KInterleaved) : sizeof(quant::BlockQ4_Kx4));
+bool ref_interleaved_pays(uint32_t weight_type) {
+  if (weight_type == kWeightQ4_K) return true;
+  return weight_type == kWeightQ6_K && quant::kSumRowsPerTile >= 8;
 }
 
 void ref_interleave_weights(uint32_t weight_type, const void* w, int32_t n_out, int32_t n_in, void* out) {
   const int nb = n_in / kQKK;
   if (weight_type == kWeightQ6_K) {
-    quant::interleave(static_cast<const BlockQ6_K*>(w), n_out, nb, static_cast<quant::Q6KInterleaved*>(out));
+    quant::interleave(static_cast<const BlockQ6_K*>(w), n_out, nb, static_cast<quant::BlockQ6_Kx4*>(out));
   } else {
     quant::interleave(static_cast<const BlockQ4_K*>(w), n_out, nb, static_cast<quant::BlockQ4_Kx4*>(out));
   }
@@ -658,7 +590,7 @@ void ref_interleave_weights(uint32_t weight_type, const void* w, int32_t n_out, 
 void ref_deinterleave_row(uint32_t weight_type, const void* w, int32_t n_in, int32_t row, void* out) {
   const int nb = n_in / kQKK;
   if (weight_type == kWeightQ6_K) {
-    quant::deinterleave_row(static_cast<const quant::Q6KInterleaved*>(w), nb, row, static_cast<BlockQ6_K*>(out));
+    quant::deinterleave_row(static_cast<const quant::BlockQ6_Kx4*>(w), nb, row, static_cast<BlockQ6_K*>(out));
   } else {
     quant::deinterleave_row(static_cast<const quant::BlockQ4_Kx4*>(w), nb, row, static_cast<BlockQ4_K*>(out));
   }

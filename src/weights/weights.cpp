@@ -94,14 +94,9 @@ StatusOr<Matrix> load_matrix(const GgufFile& file, Backend& backend, const std::
   const bool embedding = use != Use::kMatmul;
   m.view = {nullptr, t->type, static_cast<int32_t>(n_rows), static_cast<int32_t>(n_cols),
             kept_layout(backend, t->type, n_cols, n_rows, use)};
-  if (m.view.layout == WeightLayout::kInterleaved || m.view.layout == WeightLayout::kRowsThenInterleaved) {
-    const bool rows_too = m.view.layout == WeightLayout::kRowsThenInterleaved;
-    const size_t rows_bytes = rows_too ? static_cast<size_t>(t->n_bytes) : 0;
-    std::vector<uint8_t> packed(rows_bytes + static_cast<size_t>(kernels::ref_interleaved_bytes(
-                                                  static_cast<uint32_t>(t->type), m.view.n_out, m.view.n_in)));
-    std::memcpy(packed.data(), t->data, rows_bytes);
-    kernels::ref_interleave_weights(static_cast<uint32_t>(t->type), t->data, m.view.n_out, m.view.n_in,
-                                    packed.data() + rows_bytes);
+  if (m.view.layout == WeightLayout::kInterleaved) {
+    std::vector<uint8_t> packed(t->n_bytes);
+    kernels::ref_interleave_weights(static_cast<uint32_t>(t->type), t->data, m.view.n_out, m.view.n_in, packed.data());
     HELIOS_ASSIGN_OR_RETURN(m.storage, upload(backend, name, packed.data(), packed.size()));
   } else if (kept_type(backend, t->type, embedding) == t->type) {
     HELIOS_ASSIGN_OR_RETURN(m.storage, upload(backend, name, t->data, t->n_bytes));

@@ -49,13 +49,11 @@ class CpuBackend final : public Backend {
   }
   bool supports_kv_type(kernels::KvType) const override { return true; }  // f32 and f16
   // Q4_K and Q6_K interleaved 4 rows at a time where that kernel is the faster: it needs 1.25 and
-  // 1.5 multiplies per 32 products, the row kernels 2 (kernels/ref/quant_matmul_x4.cpp). Where it
-  // is only from some batch size on, both copies, each used where it is the faster.
+  // 1.5 multiplies per 32 products, the row kernels 2 (kernels/ref/quant_matmul_x4.cpp).
   WeightLayout matmul_layout(TensorType type, int32_t n_out, int32_t n_in) const override {
     const auto t = static_cast<uint32_t>(type);
-    const int32_t from = kernels::ref_interleaved_min_rows(t);
-    if (from == 0 || !kernels::ref_interleavable(t, n_out, n_in)) return WeightLayout::kRows;
-    return from == 1 ? WeightLayout::kInterleaved : WeightLayout::kRowsThenInterleaved;
+    return kernels::ref_interleavable(t, n_out, n_in) && kernels::ref_interleaved_pays(t) ? WeightLayout::kInterleaved
+                                                                                        : WeightLayout::kRows;
   }
   // Embedding tables stay in the file's type too: a token's row is dequantized when it is looked up.
   bool supports_embedding_type(TensorType type) const override { return supports_weight_type(type); }
@@ -77,14 +75,10 @@ class CpuBackend final : public Backend {
     }
     activations_.resize(static_cast<size_t>(n_rows * kernels::ref_activation_row_bytes(type, w.n_in)));
     kernels::ref_quantize_activations(type, x, n_rows, w.n_in, activations_.data());
-    const bool then_interleaved =
-        w.layout == WeightLayout::kRowsThenInterleaved && n_rows >= kernels::ref_interleaved_min_rows(type);
-    if (w.layout == WeightLayout::kInterleaved || then_interleaved) {
-      const void* x4 = then_interleaved ? static_cast<const uint8_t*>(w.data) + w.n_out * tensor_row_bytes(w.type, w.n_in)
-                                        : w.data;
+    if (w.layout == WeightLayout::kInterleaved) {
       constexpr int32_t g = kernels::kInterleavedRows;  // threads split whole groups of rows
       pool_.parallel_for(w.n_out / g, [&](int64_t begin, int64_t end) {
-        kernels::ref_matmul_interleaved(type, x4, activations_.data(), n_rows, w.n_in, w.n_out,
+        kernels::ref_matmul_interleaved(type, w.data, activations_.data(), n_rows, w.n_in, w.n_out,
                                         static_cast<int32_t>(begin * g), static_cast<int32_t>(end * g), y);
       });
       return;

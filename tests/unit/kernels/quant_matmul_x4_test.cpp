@@ -2,8 +2,7 @@
 // permutation of the bytes that undoes exactly; the product equals the exact one (the blocks'
 // integers summed in double) to float rounding, as closely as llama.cpp's row kernel does; the
 // vector code gives the scalar twin's bits for every batch shape and output split; and a row's
-// result does not depend on the rows multiplied with it. Where the interleaved kernel pays only
-// from some batch size on (Q6_K widened, AVX2), the CPU backend keeps both copies and picks per call.
+// result does not depend on the rows multiplied with it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "helios/backend.h"
 #include "helios/tensor_type.h"
 #include "kernels/kernels.h"
 
@@ -115,24 +113,16 @@ TEST_P(Interleaved, RepackingIsAPermutationThatUndoesExactly) {
   std::mt19937 rng(3);
   const int n_out = 12, n_in = 768;
   const std::vector<uint8_t> w = random_weights(type, n_out, n_in, rng);
-  const auto packed_bytes = static_cast<size_t>(kernels::ref_interleaved_bytes(type, n_out, n_in));
-  std::vector<uint8_t> packed(packed_bytes, 0xAA), back(w.size(), 0x55);
+  std::vector<uint8_t> packed(w.size(), 0xAA), back(w.size(), 0x55);
   kernels::ref_interleave_weights(type, w.data(), n_out, n_in, packed.data());
   const size_t row_bytes = w.size() / n_out;
   for (int r = 0; r < n_out; ++r) kernels::ref_deinterleave_row(type, packed.data(), n_in, r, back.data() + r * row_bytes);
   EXPECT_EQ(back, w);
-  if (packed_bytes == w.size()) {
-    EXPECT_NE(packed, w);
-    std::vector<uint8_t> a = w, b = packed;  // the same bytes, rearranged
-    std::sort(a.begin(), a.end());
-    std::sort(b.begin(), b.end());
-    EXPECT_EQ(a, b);
-  } else {  // Q6_K widened: a byte per value plus the scales and d, each block's
-    EXPECT_EQ(type, kernels::kWeightQ6_K);
-    EXPECT_EQ(packed_bytes, static_cast<size_t>(n_out / 4) * (n_in / 256) * (4 * 256 + 4 * 16 + 4 * 2));
-    EXPECT_EQ(std::count(packed.begin(), packed.end(), 0xAA) < static_cast<long>(packed_bytes / 8), true)
-        << "every byte written";
-  }
+  EXPECT_NE(packed, w);
+  std::vector<uint8_t> a = w, b = packed;  // the same bytes, rearranged
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  EXPECT_EQ(a, b);
 }
 
 TEST_P(Interleaved, EqualsTheExactProductAsCloselyAsTheRowKernel) {
@@ -141,7 +131,7 @@ TEST_P(Interleaved, EqualsTheExactProductAsCloselyAsTheRowKernel) {
   const int n_out = 16, n_in = 1536, n_rows = 5;
   const std::vector<uint8_t> w = random_weights(type, n_out, n_in, rng);
   const std::vector<uint8_t> xq = quantized_activations(n_rows, n_in, rng);
-  std::vector<uint8_t> packed(static_cast<size_t>(kernels::ref_interleaved_bytes(type, n_out, n_in)));
+  std::vector<uint8_t> packed(w.size());
   kernels::ref_interleave_weights(type, w.data(), n_out, n_in, packed.data());
   std::vector<float> rows(n_rows * n_out, NAN), x4(n_rows * n_out, NAN);
   kernels::ref_matmul_quantized(type, w.data(), xq.data(), n_rows, n_in, n_out, 0, n_out, rows.data());
@@ -172,7 +162,7 @@ TEST_P(Interleaved, VectorCodeGivesTheScalarBitsForEveryBatchShape) {
   std::mt19937 rng(29);
   for (const Shape& sh : shapes) {
     const std::vector<uint8_t> w = random_weights(type, sh.n_out, sh.n_in, rng);
-    std::vector<uint8_t> packed(static_cast<size_t>(kernels::ref_interleaved_bytes(type, sh.n_out, sh.n_in)));
+    std::vector<uint8_t> packed(w.size());
     kernels::ref_interleave_weights(type, w.data(), sh.n_out, sh.n_in, packed.data());
     const int64_t x_row = kernels::ref_activation_row_bytes(type, sh.n_in);
     for (int n_rows : sh.rows) {
@@ -197,49 +187,6 @@ TEST_P(Interleaved, VectorCodeGivesTheScalarBitsForEveryBatchShape) {
       EXPECT_EQ(std::memcmp(batch.data(), one.data(), n_y * 4), 0) << where << ": batch vs one row at a time";
     }
   }
-}
-
-TEST(InterleavedFromSomeRows, CpuBackendUsesTheRowsBelowTheThresholdAndTheCopyFromIt) {
-  const int32_t from = kernels::ref_interleaved_min_rows(kQ6K);
-  auto cpu = make_cpu_backend(2);
-  const int n_out = 16, n_in = 512;
-  const WeightLayout layout = cpu->matmul_layout(TensorType::kQ6_K, n_out, n_in);
-  if (from <= 1) {
-    EXPECT_EQ(layout, WeightLayout::kInterleaved);
-    GTEST_SKIP() << "this build's Q6_K kernel is interleaved at every batch size";
-  }
-  ASSERT_EQ(layout, WeightLayout::kRowsThenInterleaved);
-  EXPECT_EQ(cpu->matmul_layout(TensorType::kQ6_K, 6, n_in), WeightLayout::kRows) << "6 rows cannot be interleaved";
-  std::mt19937 rng(5);
-  const std::vector<uint8_t> w = random_weights(kQ6K, n_out, n_in, rng);
-  std::vector<uint8_t> both(w);
-  both.resize(w.size() + static_cast<size_t>(kernels::ref_interleaved_bytes(kQ6K, n_out, n_in)));
-  kernels::ref_interleave_weights(kQ6K, w.data(), n_out, n_in, both.data() + w.size());
-  Buffer storage(cpu.get(), (both.size() + 3) / 4);
-  std::memcpy(storage.data(), both.data(), both.size());
-  const WeightMatrix m{storage.data(), TensorType::kQ6_K, n_out, n_in, layout};
-  for (int n_rows : {1, from - 1, from, 2 * from + 3}) {
-    SCOPED_TRACE("rows " + std::to_string(n_rows));
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> x(static_cast<size_t>(n_rows) * n_in);
-    for (float& v : x) v = normal(rng);
-    std::vector<uint8_t> xq(static_cast<size_t>(n_rows * kernels::ref_activation_row_bytes(kQ6K, n_in)));
-    kernels::ref_quantize_activations(kQ6K, x.data(), n_rows, n_in, xq.data());
-    std::vector<float> got(static_cast<size_t>(n_rows) * n_out, NAN), want(got.size(), NAN);
-    cpu->matmul(x.data(), m, n_rows, got.data());
-    if (n_rows < from) {
-      kernels::ref_matmul_quantized(kQ6K, w.data(), xq.data(), n_rows, n_in, n_out, 0, n_out, want.data());
-    } else {
-      kernels::ref_matmul_interleaved(kQ6K, both.data() + w.size(), xq.data(), n_rows, n_in, n_out, 0, n_out,
-                                      want.data());
-    }
-    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0);
-  }
-  // A row looked up (a tied embedding) comes from the GGUF rows.
-  std::vector<float> row(n_in), ref(n_in);
-  ASSERT_TRUE(dequantize_weight_row(m, 7, row.data()).ok());
-  ASSERT_TRUE(dequantize_row(TensorType::kQ6_K, w.data() + 7 * (n_in / 256) * 210, ref.data(), n_in).ok());
-  EXPECT_EQ(row, ref);
 }
 
 INSTANTIATE_TEST_SUITE_P(KQuants, Interleaved, ::testing::Values(kQ4K, kQ6K), type_name);
