@@ -86,6 +86,25 @@ check "the MLP reports its cost" contains "$WORK/mlp.out" "residual MLP (32 hidd
 check "--head mlp without --mlp-hidden is refused" test $? -eq 2
 check "the refusal says what to add" contains "$WORK/err" "--mlp-hidden"
 
+# --- calibrate --mlp-init last-ffn: the MLP head starts from the model's last FFN (its width)
+"$HELIOS" calibrate --model "$MODEL" --exits 1,3 --text "$CAL_TEXT" --max-tokens 2048 --seq-len 128 \
+  --mlp-init last-ffn --mlp-lr 1e-4 --head mlp --distill-epochs 1 --out "$WORK/ffn.exits.gguf" --threads 1 \
+  > "$WORK/ffn.out" 2> "$WORK/ffn.err"
+check "calibrate --mlp-init last-ffn succeeds" test $? -eq 0
+check "it says where the MLP starts" contains "$WORK/ffn.err" "MLP heads start from the last block's FFN"
+for layer in 1 3; do
+  check "last-ffn mlp head kept at exit $layer" test -n "$(grep -E "^\| $layer \| [0-9.]+% \| [0-9.]+% \| [0-9.]+% \| [0-9.]+% \| mlp \|" "$WORK/ffn.out")"
+done
+n_ff=$("$HELIOS" inspect "$MODEL" 2>/dev/null | grep -oE "feed_forward_length[^0-9]*[0-9]+" | grep -oE "[0-9]+$" | head -1)
+check "the MLP has the FFN's width ($n_ff)" contains "$WORK/ffn.out" "residual MLP ($n_ff hidden) trained in"
+"$HELIOS" calibrate --model "$MODEL" --exits 1 --text "$CAL_TEXT" --max-tokens 256 --mlp-init last-ffn --mlp-hidden 8 \
+  > "$WORK/out" 2> "$WORK/err"
+check "--mlp-init last-ffn with --mlp-hidden is refused" test $? -eq 2
+check "the refusal names --mlp-hidden" contains "$WORK/err" "leave out --mlp-hidden"
+"$HELIOS" calibrate --model "$MODEL" --exits 1 --text "$CAL_TEXT" --max-tokens 256 --mlp-init zeros > "$WORK/out" 2> "$WORK/err"
+check "an unknown --mlp-init is refused" test $? -eq 2
+check "the refusal lists the choices" contains "$WORK/err" "random or last-ffn"
+
 # --- profile: teacher-forced and free-running, with the observe mode's cost
 "$HELIOS" profile --model "$MODEL" --heads "$WORK/distilled.exits.gguf" --exits 1,3 --text "$EVAL_TEXT" --skip 40 \
   --max-tokens 512 --seq-len 128 --prompts 2 --gen-tokens 16 --threads 1 --json "$WORK/profile.json" \
