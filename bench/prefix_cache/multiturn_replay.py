@@ -165,8 +165,9 @@ def main(argv=None) -> int:
                "seconds": {k: v["seconds"] for k, v in results.items()}}
     out = Path(a.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    base = out / f"prefix_cache_multiturn_{model}_{stamp}"
-    base.with_suffix(".json").write_text(json.dumps(summary | {"raw": {k: v["rows"] for k, v in results.items()}},
+    # Not with_suffix: a model's name has dots of its own (Qwen2.5-Coder-1.5B), which it would cut at.
+    base = f"prefix_cache_multiturn_{model}_{stamp}"
+    (out / f"{base}.json").write_text(json.dumps(summary | {"raw": {k: v["rows"] for k, v in results.items()}},
                                                     indent=1))
     md = [f"# Prefix caching on a multi-turn chat replay: {model}", "",
           f"`{command}` at {commit}; {len(conversations)} conversations of {dataset.name}, {a.turns} human turns each, "
@@ -182,8 +183,8 @@ def main(argv=None) -> int:
            f"Cache: {c.get('hit_tokens', 0)} of {c.get('query_tokens', 0)} looked-up prompt tokens found "
            f"({100 * c.get('hit_rate', 0):.0f}%), {c.get('evictions', 0)} evictions.",
            f"Greedy tokens identical with the cache on and off: {'yes' if same else 'NO'}."]
-    base.with_suffix(".md").write_text("\n".join(md) + "\n")
-    print(base.with_suffix(".md").read_text())
+    (out / f"{base}.md").write_text("\n".join(md) + "\n")
+    print((out / f"{base}.md").read_text())
     return 0
 
 
