@@ -29,12 +29,15 @@ std::string fmt(const char* format, double a, double b = 0, double c = 0, double
   return buf;
 }
 
-// Each of the n rows of [n, d] divided by its RMS, sqrt(mean(x^2) + eps).
-void divide_rows_by_rms(float* rows, int64_t n, int32_t d, double eps) {
+// Each of the n rows of [n, d] divided by its RMS, sqrt(mean(x^2) + eps); `rms`, when given, gets
+// each row's sqrt(mean(x^2)) before it.
+void divide_rows_by_rms(float* rows, int64_t n, int32_t d, double eps, std::vector<float>* rms = nullptr) {
+  if (rms) rms->resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     float* row = rows + i * d;
     double sum_sq = 0;
     for (int32_t j = 0; j < d; ++j) sum_sq += static_cast<double>(row[j]) * row[j];
+    if (rms) (*rms)[i] = static_cast<float>(std::sqrt(sum_sq / d));
     const auto inv_rms = static_cast<float>(1.0 / std::sqrt(sum_sq / d + eps));
     for (int32_t j = 0; j < d; ++j) row[j] *= inv_rms;
   }
@@ -271,15 +274,10 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
   ResidualMlp last_ffn;
   if (from_last_ffn) {
     y_last_input = gather_rows(data.last_block_input, fit_rows, d);
-    std::vector<float> rms(fit_rows.size());
-    for (size_t i = 0; i < fit_rows.size(); ++i) {
-      double ss = 0;
-      for (int32_t j = 0; j < d; ++j) ss += static_cast<double>(y_last_input[i * d + j]) * y_last_input[i * d + j];
-      rms[i] = static_cast<float>(std::sqrt(ss / d));
-    }
+    std::vector<float> rms;
+    divide_rows_by_rms(y_last_input.data(), static_cast<int64_t>(fit_rows.size()), d, c.rms_eps, &rms);
     std::nth_element(rms.begin(), rms.begin() + rms.size() / 2, rms.end());
     const float median_rms = rms[rms.size() / 2];
-    divide_rows_by_rms(y_last_input.data(), static_cast<int64_t>(fit_rows.size()), d, c.rms_eps);
     HELIOS_ASSIGN_OR_RETURN(last_ffn, last_ffn_mlp(model, median_rms));
     say(opt.log, fmt("calibrate: MLP heads start from the last block's FFN (%.0f hidden; median RMS into it %.2f)",
                      c.n_ff, median_rms));

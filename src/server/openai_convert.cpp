@@ -441,13 +441,16 @@ Err read_common(const Json& body, Endpoint endpoint, const LimitsConfig& limits,
     return invalid_request("repetition_penalty", "repetition_penalty must be > 0 (1 = off), got " + num(repetition_penalty));
   }
   sampling->set_repetition_penalty(static_cast<float>(repetition_penalty));
-  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
-    double v = 0;
-    if (auto e = read_number(body, key, key, &v)) return e;
-    if (!(v >= -2 && v <= 2)) return invalid_request(key, std::string(key) + " must be in [-2, 2], got " + num(v));
-    if (std::string(key) == "presence_penalty") sampling->set_presence_penalty(static_cast<float>(v));
-    else sampling->set_frequency_penalty(static_cast<float>(v));
-  }
+  auto read_penalty = [&](const char* key, double* v) -> Err {
+    if (auto e = read_number(body, key, key, v)) return e;
+    if (!(*v >= -2 && *v <= 2)) return invalid_request(key, std::string(key) + " must be in [-2, 2], got " + num(*v));
+    return std::nullopt;
+  };
+  double presence = 0, frequency = 0;
+  if (auto e = read_penalty("presence_penalty", &presence)) return e;
+  if (auto e = read_penalty("frequency_penalty", &frequency)) return e;
+  sampling->set_presence_penalty(static_cast<float>(presence));
+  sampling->set_frequency_penalty(static_cast<float>(frequency));
   if (auto e = read_logit_bias(body, sampling)) return e;
   int64_t seed = 0;
   bool seed_given = false;

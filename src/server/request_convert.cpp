@@ -41,9 +41,9 @@ Status convert_sampling(const v1::SamplingParams& p, int32_t n_vocab, SamplingPa
   out->min_p = p.min_p();
   out->repetition_penalty = p.repetition_penalty() > 0 ? p.repetition_penalty() : 1.0f;
   out->seed = p.seed();
-  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
-    const float v = std::string(name) == "presence_penalty" ? p.presence_penalty() : p.frequency_penalty();
-    if (!(v >= -2 && v <= 2)) return field_error(std::string("sampling.") + name, "must be in [-2, 2] (0 = off), got " + num(v));
+  for (const auto& [name, v] : {std::pair{"sampling.presence_penalty", p.presence_penalty()},
+                                std::pair{"sampling.frequency_penalty", p.frequency_penalty()}}) {
+    if (!(v >= -2 && v <= 2)) return field_error(name, "must be in [-2, 2] (0 = off), got " + num(v));
   }
   out->presence_penalty = p.presence_penalty();
   out->frequency_penalty = p.frequency_penalty();
