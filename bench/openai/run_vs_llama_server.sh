@@ -75,21 +75,28 @@ engine:
   threads: $THREADS
   kv_cache: 512MiB
 YAML
-max_level=$(tr ',' '\n' <<<"$LEVELS" | sort -n | tail -1)
 port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-step "starting llama-server on :$port ($max_level slots)"
-"$server_bin" -m "$root/$model_path" -t "$THREADS" -tb "$THREADS" --host 127.0.0.1 --port "$port" \
-  --alias model -np "$max_level" -c $((max_level * 512)) --no-webui > "$tmp/llama.log" 2>&1 &
-llama_pid=$!
-for _ in $(seq 1 120); do
-  curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-  sleep 1
-done
+# Each level gets a fresh llama-server, as helios-bench starts a fresh heliosd for each: a server
+# kept across levels would serve the repeated prompts from the slot caches of the level before.
+start_llama_server() {
+  step "starting llama-server on :$port ($1 slots)"
+  "$server_bin" -m "$root/$model_path" -t "$THREADS" -tb "$THREADS" --host 127.0.0.1 --port "$port" \
+    --alias model -np "$1" -c $(($1 * 512)) --no-webui > "$tmp/llama.log" 2>&1 &
+  llama_pid=$!
+  for _ in $(seq 1 120); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
+    sleep 1
+  done
+  echo "run_vs_llama_server: llama-server did not come up; its log:" >&2; cat "$tmp/llama.log" >&2; exit 1
+}
+stop_llama_server() { kill "$llama_pid" 2>/dev/null || true; wait "$llama_pid" 2>/dev/null || true; llama_pid=; }
 for c in ${LEVELS//,/ }; do
+  start_llama_server "$c"
   step "concurrency $c"
   HELIOSD="$HELIOSD" "$PY" -m bench.helios_bench --backend openai --config "$tmp/heliosd.yaml" \
     --url "http://127.0.0.1:$port" --label heliosd --label llama-server --model model \
     --dataset prompts --num-prompts "${NUM_PROMPTS:-64}" --output-len "${OUTPUT_LEN:-64}" \
     --max-prompt-len "${MAX_PROMPT_LEN:-160}" --request-rate inf --max-concurrency "$c" --no-progress \
     --result-name "vs_llama_server_$(basename "$model_path" .gguf)_c${c}_$(date -u +%Y-%m-%dT%H%MZ)"
+  stop_llama_server
 done
