@@ -99,7 +99,7 @@ struct CalibrationOptions {
   int32_t mlp_hidden = 0;
   float mlp_learning_rate = 3e-4f;  // Adam, for the MLP (1e-3 made its fit loss climb back by the third epoch)
   // How the MLP starts: "random" (gate, up random, down 0: the distilled adapter's head), or
-  // "last-ffn": the model's own last FFN (mlp_hidden = n_ff), behind a ridge adapter fitted to the
+  // "last-ffn": the model's own last FFN (its width: mlp_hidden 0 or n_ff), behind a ridge adapter fitted to the
   // state entering the last block — the exit skips to the last block and runs its FFN, not its
   // attention, so it needs no KV cache of its own. Needs HiddenStates::last_block_input.
   std::string mlp_init = "random";

@@ -113,17 +113,17 @@ int cmd_calibrate(int argc, char** argv) {
     if (opt.mlp_init != "random" && opt.mlp_init != "last-ffn") {
       return invalid_argument("--mlp-init must be random or last-ffn, got '" + opt.mlp_init + "'");
     }
-    if (opt.mlp_init == "last-ffn") {
-      if (mlp_hidden != 0) return invalid_argument("--mlp-init last-ffn has the FFN's width: leave out --mlp-hidden");
-      mlp_hidden = 1;  // the FFN's width, set once the model is loaded
+    const bool from_last_ffn = opt.mlp_init == "last-ffn";
+    if (from_last_ffn && mlp_hidden != 0) return invalid_argument("--mlp-init last-ffn has the FFN's width: leave out --mlp-hidden");
+    if (opt.head == "mlp" && mlp_hidden == 0 && !from_last_ffn) {
+      return invalid_argument("--head mlp needs --mlp-hidden H (e.g. 1024) or --mlp-init last-ffn");
     }
-    if (opt.head == "mlp" && mlp_hidden == 0) return invalid_argument("--head mlp needs --mlp-hidden H (e.g. 1024)");
     opt.mlp_hidden = static_cast<int32_t>(mlp_hidden);
     HELIOS_ASSIGN_OR_RETURN(double mlp_lr, args.number("mlp-lr"));
     if (!(mlp_lr > 0 && mlp_lr < 1)) return invalid_argument("--mlp-lr must be in (0, 1)");
     opt.mlp_learning_rate = static_cast<float>(mlp_lr);
     // The MLP is trained on the distilled adapter's output.
-    opt.distill = args.has("distill") || opt.head == "distilled" || mlp_hidden > 0;
+    opt.distill = args.has("distill") || opt.head == "distilled" || mlp_hidden > 0 || from_last_ffn;
     HELIOS_ASSIGN_OR_RETURN(int64_t epochs, args.integer("distill-epochs"));
     HELIOS_ASSIGN_OR_RETURN(double lr, args.number("distill-lr"));
     HELIOS_ASSIGN_OR_RETURN(int64_t top_k, args.integer("teacher-top-k"));
@@ -169,7 +169,6 @@ int cmd_calibrate(int argc, char** argv) {
     std::fprintf(stderr, "calibrate: note: the text gave %lld of the %lld tokens asked for\n",
                  static_cast<long long>(n_tokens), static_cast<long long>(max_tokens));
   }
-  if (opt.mlp_init == "last-ffn") opt.mlp_hidden = model.config().n_ff;
   auto data = collect_hidden_states(model, sequences, model.exit_layers(), opt.log, opt.mlp_init == "last-ffn");
   if (!data.ok()) return fail("calibrate", data.status());
   auto result = fit_exit_heads(model, *data, opt);
@@ -186,10 +185,11 @@ int cmd_calibrate(int argc, char** argv) {
                   e.distill_kl_start, e.distill_kl_best);
     }
   }
-  if (opt.mlp_hidden > 0) {
+  if (opt.mlp_hidden > 0 || opt.mlp_init == "last-ffn") {
+    const int32_t width = opt.mlp_hidden > 0 ? opt.mlp_hidden : model.config().n_ff;
     for (const auto& e : result->exits) {
       std::printf("exit %d: residual MLP (%d hidden) trained in %.1f s, held-out sparse KL %.4f -> %.4f nats\n",
-                  e.layer, opt.mlp_hidden, e.mlp_seconds, e.mlp_kl_start, e.mlp_kl_best);
+                  e.layer, width, e.mlp_seconds, e.mlp_kl_start, e.mlp_kl_best);
     }
   }
   std::printf("\n%lld calibration tokens (%lld fit, %lld held out); agreement = exit top-1 == final top-1.\n",

@@ -212,16 +212,17 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
     return invalid_argument("head must be best, lens, ridge, distilled or mlp, got '" + opt.head + "'");
   }
   if (opt.head == "distilled" && !opt.distill) return invalid_argument("head 'distilled' needs distill on");
-  if (opt.head == "mlp" && opt.mlp_hidden < 1) return invalid_argument("head 'mlp' needs mlp_hidden >= 1");
   if (opt.mlp_hidden < 0) return invalid_argument("mlp_hidden must be >= 0, got " + std::to_string(opt.mlp_hidden));
   const bool from_last_ffn = opt.mlp_init == "last-ffn";
   if (!from_last_ffn && opt.mlp_init != "random") {
     return invalid_argument("mlp_init must be random or last-ffn, got '" + opt.mlp_init + "'");
   }
-  if (from_last_ffn && opt.mlp_hidden != c.n_ff) {
-    return invalid_argument("an MLP started from the last FFN is the FFN's width: mlp_hidden must be " +
+  if (from_last_ffn && opt.mlp_hidden != 0 && opt.mlp_hidden != c.n_ff) {
+    return invalid_argument("an MLP started from the last FFN is the FFN's width: mlp_hidden must be 0 or " +
                             std::to_string(c.n_ff) + ", got " + std::to_string(opt.mlp_hidden));
   }
+  const int32_t mlp_hidden = from_last_ffn ? c.n_ff : opt.mlp_hidden;  // 0: no MLP head
+  if (opt.head == "mlp" && mlp_hidden < 1) return invalid_argument("head 'mlp' needs mlp_hidden >= 1 or mlp_init last-ffn");
   if (from_last_ffn && data.last_block_input.size() != data.states.back().size()) {
     return invalid_argument("mlp_init last-ffn needs the states entering the last block "
                             "(collect_hidden_states with keep_last_block_input)");
@@ -258,7 +259,7 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
   // Distillation's frozen head and the teacher's targets, once for every exit.
   HostHead host;
   TeacherTargets teacher_fit, teacher_held;
-  if (opt.distill || opt.mlp_hidden > 0) {
+  if (opt.distill || mlp_hidden > 0) {
     const auto t0 = Clock::now();
     HELIOS_ASSIGN_OR_RETURN(host, host_head(model));
     const std::vector<float> y_held = gather_rows(data.states.back(), held_rows, d);
@@ -362,7 +363,7 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
       if (consider("distilled", cal.distilled_agreement, distilled_held, distilled_prob)) w = wd, b = bd;
     }
     ResidualMlp mlp;  // trained on its adapter's output; kept only when the "mlp" head is
-    if (opt.mlp_hidden > 0) {
+    if (mlp_hidden > 0) {
       // Its adapter: the distilled one, or from the last FFN, a ridge fit (the penalty the exit's
       // ridge adapter kept) onto the state entering the last block.
       std::vector<float> wm = wd, bm = bd;
@@ -380,7 +381,7 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
       mopt.learning_rate = opt.mlp_learning_rate;
       HELIOS_ASSIGN_OR_RETURN(DistillReport rep,
                               distill_mlp(host, a_fit.data(), teacher_fit, a_held.data(), teacher_held, mopt,
-                                          opt.mlp_hidden, &mlp, from_last_ffn ? &last_ffn : nullptr));
+                                          mlp_hidden, &mlp, from_last_ffn ? &last_ffn : nullptr));
       cal.mlp_seconds = rep.seconds;
       cal.mlp_kl_start = rep.held_kl_start;
       cal.mlp_kl_best = rep.held_kl_best;
@@ -466,7 +467,7 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
                      cal.adapter_agreement, cal.ridge) +
                      fmt(", probe %.3f", cal.probe_accuracy) +
                      (opt.distill ? fmt(", distilled %.3f", cal.distilled_agreement) : std::string()) +
-                     (opt.mlp_hidden > 0 ? fmt(", mlp %.3f (from %.3f)", cal.mlp_agreement, cal.mlp_agreement_start) : std::string()) +
+                     (mlp_hidden > 0 ? fmt(", mlp %.3f (from %.3f)", cal.mlp_agreement, cal.mlp_agreement_start) : std::string()) +
                      fmt(", threshold %.3f covering %.3f", cal.threshold, cal.coverage) + " (" + cal.kept + " kept" +
                      fmt("; %.1f s: ridge %.1f, distill %.1f", seconds_since(t0), adapter_s, cal.distill_seconds) +
                      fmt(", mlp %.1f, probe %.1f)", cal.mlp_seconds, seconds_since(t0) - adapter_s - heads_s));

@@ -444,7 +444,8 @@ TEST(Calibrate, LastFfnMlpIsTheLastBlockWithoutItsAttention) {
 }
 
 // From the last FFN, calibration keeps an MLP head of the FFN's width behind a ridge adapter onto
-// the state entering the last block; it is refused without those states or at another width.
+// the state entering the last block (its width taken from the model when mlp_hidden is 0); it is
+// refused without those states or at another width.
 TEST(Calibrate, MlpHeadStartedFromTheLastFfn) {
   Calibrated& c = Calibrated::get();
   Model& m = *c.s.model;
@@ -453,7 +454,6 @@ TEST(Calibrate, MlpHeadStartedFromTheLastFfn) {
   ASSERT_TRUE(data.ok());
   CalibrationOptions opt;
   opt.mlp_init = "last-ffn";
-  opt.mlp_hidden = m.config().n_ff;
   opt.mlp_learning_rate = 1e-4f;
   opt.distill_epochs = 1;
   opt.head = "mlp";
