@@ -78,6 +78,9 @@ struct ServerConfig {
 struct EngineConfig {
   std::string backend = "cpu";             // cpu | cuda
   int32_t threads = 0;                     // CPU threads; 0 = one per core
+  // Ranks each model is split over (tensor parallelism): on cuda, devices cuda:0..N-1 through
+  // NCCL; on cpu, N ranks in the process sharing `threads` (for testing the split, not for speed).
+  int32_t tensor_parallel = 1;
   int64_t kv_cache_bytes = 0;              // KV cache size; 0 = use kv_cache_fraction
   double kv_cache_fraction = 0.25;         // of physical memory (cpu) or free device memory (cuda)
   int32_t block_size = 16;                 // tokens per KV block

@@ -91,6 +91,13 @@ class KvCacheStorage {
   // fewer blocks than it has.
   Status grow(int32_t n_blocks);
 
+  // A tensor-parallel model's cache holds one storage per rank, each with its KV heads: this one
+  // is rank 0's, shard(r) rank r's (Model::create_kv). A block's words, swapping and growing
+  // cover every rank's.
+  void add_shard(KvCacheStorage other) { shards_.push_back(std::move(other)); }
+  int32_t n_shards() const { return 1 + static_cast<int32_t>(shards_.size()); }
+  KvCacheStorage& shard(int32_t rank) { return rank == 0 ? *this : shards_[static_cast<size_t>(rank) - 1]; }
+
  private:
   int64_t words_per_layer_block() const;
 
@@ -101,6 +108,7 @@ class KvCacheStorage {
   int32_t head_dim_ = 0;
   kernels::KvType type_ = kernels::KvType::kF32;
   std::vector<Buffer> k_, v_;  // per layer: [n_blocks, block_size, n_kv_heads, head_dim] of type_
+  std::vector<KvCacheStorage> shards_;  // ranks 1.. of a tensor-parallel model
 };
 
 }  // namespace helios

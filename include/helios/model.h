@@ -5,6 +5,7 @@
 // single-token decodes mix freely in one batch.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "helios/early_exit.h"
 #include "helios/kv_cache.h"
 #include "helios/model_config.h"
+#include "helios/tensor_parallel.h"
 #include "helios/tokenizer.h"
 #include "helios/weights.h"
 
@@ -93,6 +95,11 @@ struct ForwardResult {
 struct ModelLoadOptions {
   int32_t n_layers = 0;  // load only the first n blocks (0: all)
   LoadProgress progress;
+  // Tensor parallelism over this many ranks (tensor_parallel.h): rank 0 on the backend load()
+  // gets, rank r on make_rank_backend(r) — CPU backends talk through an in-process group, CUDA
+  // backends through NCCL. forward() runs every rank, each on its own thread.
+  int32_t tensor_parallel = 1;
+  std::function<StatusOr<std::unique_ptr<Backend>>(int32_t rank)> make_rank_backend;
 };
 
 class Model {
@@ -118,12 +125,15 @@ class Model {
   Status check_exit_rule_at(const ExitRule& rule, int32_t depth, const std::vector<int32_t>& exit_layers,
                             const ExitHeadSet* heads) const;
 
-  const ModelConfig& config() const { return config_; }
+  ~Model();
+  // The model's shapes (the whole model's, on a tensor-parallel one).
+  const ModelConfig& config() const { return model_config_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const ModelWeights& weights() const { return weights_; }
   Backend& backend() const { return backend_; }
   int32_t n_layers_loaded() const { return static_cast<int32_t>(weights_.layers.size()); }
-  // The config with n_layer = the loaded layers: the shape of the KV cache this model fills.
+  // The config with n_layer = the loaded layers: the shape of the KV cache this model fills (on a
+  // tensor-parallel model, each rank's: its KV heads).
   ModelConfig kv_config() const {
     ModelConfig c = config_;
     c.n_layer = n_layers_loaded();
@@ -142,10 +152,18 @@ class Model {
   // first exit point for self-speculative. forward() resolves every entry's rule itself.
   ExitRule resolve_exit_rule(ExitRule rule) const;
 
+  // The KV cache for this model: on a tensor-parallel model, one storage per rank (KvCacheStorage::
+  // shard). Errors as KvCacheStorage::create.
+  StatusOr<KvCacheStorage> create_kv(int32_t n_blocks, int32_t block_size,
+                                     kernels::KvType type = kernels::KvType::kF32) const;
+  // Ranks this model runs on (1 unless loaded with ModelLoadOptions::tensor_parallel).
+  int32_t tensor_parallel() const { return shard_.world; }
+
   // An exit head on n rows of hidden states in backend memory: a = W h + b when `adapter` is given,
   // a += the residual MLP when `mlp` is, then the final norm and the LM head into `logits`
   // [n, n_vocab] (with `vocab` > 0, the LM head's first `vocab` rows into [n, vocab]). `rows` is
-  // overwritten with the head's normed input; `scratch` [n, n_embd] holds a.
+  // overwritten with the head's normed input; `scratch` [n, n_embd] holds a. Not on a
+  // tensor-parallel model from outside forward(): its LM head is spread over the ranks.
   void apply_exit_head(float* rows, int32_t n, const WeightMatrix* adapter, const float* bias, ExitMlp* mlp,
                        float* scratch, float* logits, int32_t vocab = 0) const;
 
@@ -159,8 +177,16 @@ class Model {
   Status reserve_workspace(int32_t n_tokens);
 
  private:
-  Model(Backend& backend) : backend_(backend) {}
+  explicit Model(Backend& backend);
   struct Workspace;
+  struct Ranks;  // a tensor-parallel model's other ranks (rank 0 holds them)
+  StatusOr<ForwardResult> forward_rank(const ForwardBatch& batch, KvCacheStorage& kv);
+  Status reserve_own_workspace(int32_t n_tokens);
+  // Sums a row-parallel projection's partial results over the ranks (nothing on one rank).
+  void all_reduce(float* data, size_t n) const;
+  // rows [n, n_embd] (normed) times the LM head into logits [n, vocab > 0 ? vocab : n_vocab]; on a
+  // tensor-parallel model each rank multiplies its vocabulary rows and the logits are gathered.
+  void lm_head(const float* rows, int32_t n, float* logits, int32_t vocab) const;
   Status validate(const ForwardBatch& batch, const KvCacheStorage& kv) const;
 
   struct ExitHead {  // one exit's adapter in backend memory, its probe on the host
@@ -201,12 +227,18 @@ class Model {
 
   Backend& backend_;
   std::string path_;  // the GGUF file, for load_layers_range
-  ModelConfig config_;
+  ModelConfig model_config_;  // the model's shapes
+  ModelConfig config_;        // this rank's: its heads and FFN units (model_config_ on one rank)
+  ShardSpec shard_;
+  Communicator* comm_ = nullptr;        // null on one rank
+  mutable Buffer head_shard_;           // this rank's logits before the gather
+  mutable size_t head_shard_floats_ = 0;
   std::vector<int32_t> exit_layers_;
   ExitHeads exit_heads_;  // [n_layers_loaded + 1], null where none
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelWeights weights_;
   std::shared_ptr<Workspace> ws_;
+  std::unique_ptr<Ranks> ranks_;  // last: the other ranks go before this rank's memory
 };
 
 }  // namespace helios

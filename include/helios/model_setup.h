@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,6 +32,9 @@ struct ModelSetupOptions {
   std::string heads_path;    // exit-heads sidecar from `helios calibrate`; "" = identity heads
   std::optional<ExitRule> default_rule;  // resolved and checked against the model when given
   LoadProgress progress;
+  // Tensor parallelism (ModelLoadOptions): ranks, and the backend of each rank past the first.
+  int32_t tensor_parallel = 1;
+  std::function<StatusOr<std::unique_ptr<Backend>>(int32_t rank)> make_rank_backend;
 
   // What errors call the settings: "<name>: <what is wrong>", or the bare message for "".
   struct Names {
@@ -54,6 +58,12 @@ struct ModelSetup {
 // load_layers past the model's depth, exit points outside it, a heads file that does not fit the
 // model and a default rule the model cannot run.
 StatusOr<ModelSetup> setup_model(Backend& backend, const ModelSetupOptions& options);
+
+// The backend of tensor-parallel rank `rank` from one backend setting: "cpu", or CUDA device
+// N + rank for "cuda" / "cuda:N"; and each rank's CPU threads, `threads` (0: one per core)
+// split between `ranks` (at least one each).
+std::string rank_backend_name(const std::string& backend, int32_t rank);
+int rank_threads(int threads, int32_t ranks);
 
 // `rule` with depth 0 made concrete (fixed-depth: the loaded depth; self-speculative: the first
 // exit point), then checked against the model's exit points and with Model::check_exit_rule.

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "helios/backend.h"
+#include "helios/tensor_parallel.h"
 #include "helios/model_config.h"
 #include "helios/status.h"
 
@@ -55,15 +56,17 @@ StatusOr<Matrix> upload_matrix(Backend& backend, const std::string& name, const 
                                int32_t n_in);
 
 // Loads the first `n_layers` blocks (all when ≤ 0). Errors name the tensor and the shape found.
+// A sharded `shard` keeps one tensor-parallel rank's slices (tensor_parallel.h); `config` is the
+// whole model's.
 StatusOr<ModelWeights> load_weights(const GgufFile& file, const ModelConfig& config,
                                     Backend& backend, int32_t n_layers = 0,
-                                    const LoadProgress& progress = nullptr);
+                                    const LoadProgress& progress = nullptr, const ShardSpec& shard = {});
 // Loads blocks [first_layer, end_layer) alone, for a model that holds the blocks before them: the
 // result has only `layers` (those blocks, in order) and n_params / n_bytes counting them; its
 // embedding, final norm and LM head are empty. INVALID_ARGUMENT for an empty range or one past
 // the model's blocks.
 StatusOr<ModelWeights> load_layer_range(const GgufFile& file, const ModelConfig& config, Backend& backend,
                                         int32_t first_layer, int32_t end_layer,
-                                        const LoadProgress& progress = nullptr);
+                                        const LoadProgress& progress = nullptr, const ShardSpec& shard = {});
 
 }  // namespace helios

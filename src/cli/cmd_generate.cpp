@@ -18,7 +18,9 @@ int cmd_generate(int argc, char** argv) {
             "Generates text from a prompt. Only the generated text goes to stdout (not the\n"
             "prompt); model loading progress, timings and early-exit statistics go to stderr.");
   add_model_options(args);
-  args.option("prompt", "TEXT", "the prompt (required)")
+  args.option("tensor-parallel", "N", "split the model over N ranks (tensor parallelism) in this process, sharing "
+                                      "--threads; the same tokens as one rank, to check the split", "1")
+      .option("prompt", "TEXT", "the prompt (required)")
       .option("chat", "", "wrap the prompt as a user turn with the model's chat template")
       .option("system", "TEXT", "system message for --chat")
       .option("max-tokens", "N", "generate at most N tokens", "128")

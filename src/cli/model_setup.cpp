@@ -87,8 +87,20 @@ StatusOr<LoadedModel> load_model(const Args& args) {
   HELIOS_ASSIGN_OR_RETURN(int64_t min_layer, args.integer("exit-min"));
   HELIOS_ASSIGN_OR_RETURN(auto listed, parse_int_list("exits", args.str("exits")));
   if (load_layers < 0) return invalid_argument("--load-layers must be >= 0");
+  // --tensor-parallel where the command has it (generate): ranks in this process, sharing the threads.
+  int64_t ranks = 1;
+  if (!args.str("tensor-parallel").empty()) {
+    HELIOS_ASSIGN_OR_RETURN(ranks, args.integer("tensor-parallel"));
+    if (ranks < 1 || ranks > 64) return invalid_argument("--tensor-parallel must be 1..64");
+  }
+  const int rank_threads_n = ranks > 1 ? rank_threads(static_cast<int>(threads), static_cast<int32_t>(ranks))
+                                       : static_cast<int>(threads);
 
   ModelSetupOptions setup;
+  setup.tensor_parallel = static_cast<int32_t>(ranks);
+  setup.make_rank_backend = [rank_threads_n](int32_t) -> StatusOr<std::unique_ptr<Backend>> {
+    return make_cpu_backend(rank_threads_n);
+  };
   setup.path = args.str("model");
   setup.load_layers = static_cast<int32_t>(load_layers);
   setup.exits.layers = listed;
@@ -118,7 +130,7 @@ StatusOr<LoadedModel> load_model(const Args& args) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   LoadedModel out;
-  out.backend = make_cpu_backend(static_cast<int>(threads));
+  out.backend = make_cpu_backend(rank_threads_n);
   auto loaded = setup_model(*out.backend, setup);
   if (tty && last_percent >= 0) std::fputc('\n', stderr);
   if (!loaded.ok()) return loaded.status();
@@ -133,8 +145,9 @@ StatusOr<LoadedModel> load_model(const Args& args) {
     if (!points.empty()) points += ',';
     points += std::to_string(l);
   }
-  std::fprintf(stderr, "loaded %s (%d of %d layers, %.1fM parameters) in %.2f s; exits after layers %s (%s)\n",
-               setup.path.c_str(), m.n_layers_loaded(), m.config().n_layer, m.weights().n_params / 1e6,
+  const std::string on_ranks = ranks > 1 ? " on rank 0 of " + std::to_string(ranks) + " tensor-parallel ranks" : "";
+  std::fprintf(stderr, "loaded %s (%d of %d layers, %.1fM parameters%s) in %.2f s; exits after layers %s (%s)\n",
+               setup.path.c_str(), m.n_layers_loaded(), m.config().n_layer, m.weights().n_params / 1e6, on_ranks.c_str(),
                out.load_seconds, points.empty() ? "none" : points.c_str(),
                out.heads_path.empty() ? "logit lens" : out.heads_path.c_str());
   return out;

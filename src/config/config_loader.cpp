@@ -122,6 +122,12 @@ StatusOr<HeliosConfig> read_root(const ConfigSource& source, const YAML::Node& r
   }
   HELIOS_RETURN_IF_ERROR(config_detail::read_engine_config(source, section("engine"),
                                                            top.mark_of("engine"), &config.engine));
+  if (config.engine.tensor_parallel > 1 && !config.groups.empty()) {
+    return config_error(source, top.value("engine")["tensor_parallel"].Mark(), "engine.tensor_parallel",
+                        "a model group extends and switches models' loaded prefixes, which a model split over " +
+                            std::to_string(config.engine.tensor_parallel) +
+                            " ranks cannot do; use tensor_parallel: 1 with groups, or serve the models without groups");
+  }
   HELIOS_RETURN_IF_ERROR(config_detail::read_limits_config(source, section("limits"),
                                                            top.mark_of("limits"), &config.limits));
   HELIOS_RETURN_IF_ERROR(config_detail::read_logging_config(

@@ -64,7 +64,7 @@ Status read_engine_config(const ConfigSource& source, const YAML::Node& node,
   HELIOS_ASSIGN_OR_RETURN(
       MapReader engine,
       MapReader::open(source, node, where, "engine",
-                      {"backend", "threads", "kv_cache", "kv_cache_type", "block_size", "max_batched_tokens",
+                      {"backend", "threads", "tensor_parallel", "kv_cache", "kv_cache_type", "block_size", "max_batched_tokens",
                        "max_seqs", "queue_limit", "preemption", "swap_space", "prefix_caching"}));
 
   HELIOS_RETURN_IF_ERROR(engine.read_choice<std::string>(
@@ -72,6 +72,8 @@ Status read_engine_config(const ConfigSource& source, const YAML::Node& node,
 
   HELIOS_RETURN_IF_ERROR(engine.read_int("threads", &out->threads));
   HELIOS_RETURN_IF_ERROR(check_at_least(engine, "threads", out->threads, 0, "0 = one per core"));
+  HELIOS_RETURN_IF_ERROR(engine.read_int("tensor_parallel", &out->tensor_parallel));
+  HELIOS_RETURN_IF_ERROR(check_at_least(engine, "tensor_parallel", out->tensor_parallel, 1, "1 = one device"));
 
   HELIOS_RETURN_IF_ERROR(read_kv_cache(engine, out));
 

@@ -15,9 +15,7 @@ Engine::Engine(Model& model) : model_(model) {}
 StatusOr<std::unique_ptr<Engine>> Engine::start(Model& model, const EngineOptions& options,
                                                 MetricsRegistry* metrics) {
   if (options.n_kv_blocks <= 0) return invalid_argument("the engine needs at least one KV block");
-  HELIOS_ASSIGN_OR_RETURN(auto storage, KvCacheStorage::create(model.backend(), model.kv_config(),
-                                                              options.n_kv_blocks, options.block_size,
-                                                              options.kv_type));
+  HELIOS_ASSIGN_OR_RETURN(auto storage, model.create_kv(options.n_kv_blocks, options.block_size, options.kv_type));
   std::unique_ptr<Engine> engine(new Engine(model));
   engine->impl_ = std::make_unique<Impl>(model, options, metrics, std::move(storage));
   Impl* impl = engine->impl_.get();

@@ -51,6 +51,10 @@ Status KvCacheStorage::grow(int32_t n_blocks) {
                             std::to_string(n_blocks));
   }
   if (n_blocks == n_blocks_) return ok_status();
+  // The other ranks first (one that grew before a later failure keeps unused blocks: harmless).
+  for (KvCacheStorage& s : shards_) {
+    if (s.n_blocks_ < n_blocks) HELIOS_RETURN_IF_ERROR(s.grow(n_blocks));
+  }
   const int64_t per_block = words_per_layer_block();
   const size_t old_words = static_cast<size_t>(n_blocks_) * per_block;
   const size_t new_words = static_cast<size_t>(n_blocks) * per_block;
@@ -93,7 +97,9 @@ int64_t KvCacheStorage::words_per_layer_block() const {
 }
 
 int64_t KvCacheStorage::words_per_block() const {
-  return 2 * static_cast<int64_t>(k_.size()) * words_per_layer_block();
+  int64_t n = 2 * static_cast<int64_t>(k_.size()) * words_per_layer_block();
+  for (const KvCacheStorage& s : shards_) n += s.words_per_block();
+  return n;
 }
 
 void KvCacheStorage::read_block(int32_t block_id, float* host_dst) const {
@@ -103,6 +109,10 @@ void KvCacheStorage::read_block(int32_t block_id, float* host_dst) const {
     backend_->download(host_dst + n, v_[l].data() + block_id * n, n);
     host_dst += 2 * n;
   }
+  for (const KvCacheStorage& s : shards_) {
+    s.read_block(block_id, host_dst);
+    host_dst += s.words_per_block();
+  }
 }
 
 void KvCacheStorage::write_block(int32_t block_id, const float* host_src) {
@@ -111,6 +121,10 @@ void KvCacheStorage::write_block(int32_t block_id, const float* host_src) {
     backend_->upload(k_[l].data() + block_id * n, host_src, n);
     backend_->upload(v_[l].data() + block_id * n, host_src + n, n);
     host_src += 2 * n;
+  }
+  for (KvCacheStorage& s : shards_) {
+    s.write_block(block_id, host_src);
+    host_src += s.words_per_block();
   }
 }
 

@@ -91,7 +91,8 @@ struct Model::Pass {
   }
 };
 
-Status Model::reserve_workspace(int32_t n_tokens) {
+
+Status Model::reserve_own_workspace(int32_t n_tokens) {
   if (!ws_) ws_ = std::make_shared<Workspace>();
   return ws_->reserve(backend_, config_, n_tokens);
 }
@@ -133,9 +134,34 @@ void Model::apply_exit_head(float* rows, int32_t n, const WeightMatrix* adapter,
     be.add(a, normed, static_cast<int64_t>(m) * c.n_embd);
   }
   be.rmsnorm(in, weights_.output_norm.data(), n, c.n_embd, c.rms_eps, rows);
+  lm_head(rows, n, logits, vocab);
+}
+
+void Model::lm_head(const float* rows, int32_t n, float* logits, int32_t vocab) const {
   WeightMatrix head = weights_.output.view;
-  if (vocab > 0) head.n_out = vocab;  // the first rows: every layout keeps rows in order, 64 at a time
-  be.matmul(rows, head, n, logits);
+  if (!comm_) {
+    if (vocab > 0) head.n_out = vocab;  // the first rows: every layout keeps rows in order, 64 at a time
+    backend_.matmul(rows, head, n, logits);
+    return;
+  }
+  // This rank's rows [vocab0, vocab1) of the head, cut at `vocab` (a multiple of 64, as vocab0 is),
+  // then every rank's columns gathered into [n, width].
+  const int32_t width = vocab > 0 ? vocab : config_.n_vocab;
+  const int32_t mine = std::max(0, std::min(shard_.vocab1, width) - shard_.vocab0);
+  const size_t need = static_cast<size_t>(n) * std::max(mine, 1);
+  if (head_shard_floats_ < need) {
+    head_shard_ = Buffer(&backend_, need);
+    head_shard_floats_ = head_shard_.empty() ? 0 : need;
+  }
+  if (mine > 0 && head_shard_floats_ >= need) {
+    head.n_out = mine;
+    backend_.matmul(rows, head, n, head_shard_.data());
+  }
+  comm_->all_gather_columns(head_shard_.data(), n, mine, shard_.vocab0, logits, width);
+}
+
+void Model::all_reduce(float* data, size_t n) const {
+  if (comm_) comm_->all_reduce_sum(data, n);
 }
 
 // ---- Helpers over the workspace -------------------------------------------------------------
@@ -166,7 +192,7 @@ void Model::keep_logits(Pass& p, int32_t logits_row, int32_t result_row, int32_t
 
 // ---- The pass -------------------------------------------------------------------------------
 
-StatusOr<ForwardResult> Model::forward(const ForwardBatch& batch, KvCacheStorage& kv) {
+StatusOr<ForwardResult> Model::forward_rank(const ForwardBatch& batch, KvCacheStorage& kv) {
   HELIOS_RETURN_IF_ERROR(validate(batch, kv));
   HELIOS_RETURN_IF_ERROR(check_partial_pass(batch));
   HELIOS_RETURN_IF_ERROR(backend_.error());  // a faulted device never produces tokens
@@ -299,6 +325,7 @@ void Model::run_block(Pass& p, int32_t l) {
   if (na == 0) return;
   be.paged_attention(ws.q.data(), cache, plan, c.n_head, attn_scale, ws.attn.data());
   be.matmul(ws.attn.data(), w.wo.view, na, ws.proj.data());
+  all_reduce(ws.proj.data(), static_cast<size_t>(na) * c.n_embd);  // row-parallel O: partial sums
 
   // feed-forward: (residual, norm) → silu(gate) * up → down projection → residual
   be.add_rmsnorm(ws.x.data(), ws.proj.data(), w.ffn_norm.data(), na, c.n_embd, c.rms_eps, ws.xb.data());
@@ -306,6 +333,7 @@ void Model::run_block(Pass& p, int32_t l) {
   be.matmul(ws.xb.data(), w.w_up.view, na, ws.up.data());
   be.swiglu(ws.gate.data(), ws.up.data(), static_cast<int64_t>(na) * c.n_ff, ws.gate.data());
   be.matmul(ws.gate.data(), w.w_down.view, na, ws.proj.data());
+  all_reduce(ws.proj.data(), static_cast<size_t>(na) * c.n_embd);  // row-parallel down
   be.add(ws.x.data(), ws.proj.data(), static_cast<int64_t>(na) * c.n_embd);
 }
 

@@ -78,8 +78,7 @@ StatusOr<GenerateResult> generate(Model& model, const std::vector<TokenId>& prom
   }
   // One sequence: a cache just large enough for it.
   const int32_t n_blocks = blocks_for_tokens(n_total, opt.block_size);
-  HELIOS_ASSIGN_OR_RETURN(auto kv, KvCacheStorage::create(model.backend(), model.kv_config(), n_blocks, opt.block_size,
-                                                          opt.kv_type));
+  HELIOS_ASSIGN_OR_RETURN(auto kv, model.create_kv(n_blocks, opt.block_size, opt.kv_type));
   BlockAllocator allocator(n_blocks);
   BlockTable table;
   if (!reserve_tokens(allocator, table, n_total, opt.block_size)) {

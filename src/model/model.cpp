@@ -2,28 +2,133 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <thread>
 
 #include "helios/gguf.h"
 #include "helios/model.h"
 
 namespace helios {
 
+struct Model::Ranks {
+  std::vector<std::unique_ptr<Communicator>> comms;  // [world], rank 0's included
+  std::vector<std::unique_ptr<Backend>> backends;    // ranks 1..world-1
+  std::vector<std::unique_ptr<Model>> models;        // ranks 1..world-1, destroyed first
+};
+
+Model::Model(Backend& backend) : backend_(backend) {}
+Model::~Model() = default;
+
+// The largest block (in values) of a tensor kind over the file's blocks: where its columns may split.
+static int32_t largest_block(const GgufFile& file, int32_t n_layer, const std::string& suffix) {
+  int64_t most = 1;
+  for (int32_t l = 0; l < n_layer; ++l) {
+    const GgufTensorInfo* t = file.find_tensor("blk." + std::to_string(l) + "." + suffix);
+    if (!t) continue;
+    if (auto traits = tensor_type_traits(static_cast<uint32_t>(t->type))) most = std::max(most, traits->block_elems);
+  }
+  return static_cast<int32_t>(most);
+}
+
 StatusOr<std::unique_ptr<Model>> Model::load(const std::string& path, Backend& backend,
                                              const ModelLoadOptions& options) {
   HELIOS_ASSIGN_OR_RETURN(auto file, GgufFile::open(path));
-  std::unique_ptr<Model> m(new Model(backend));
-  HELIOS_ASSIGN_OR_RETURN(m->config_, model_config_from_gguf(*file));
+  HELIOS_ASSIGN_OR_RETURN(const ModelConfig config, model_config_from_gguf(*file));
   HELIOS_ASSIGN_OR_RETURN(auto spec, tokenizer_spec_from_gguf(*file));
-  if (static_cast<int32_t>(spec.tokens.size()) != m->config_.n_vocab) {
+  if (static_cast<int32_t>(spec.tokens.size()) != config.n_vocab) {
     return invalid_argument(path + ": the tokenizer has " + std::to_string(spec.tokens.size()) +
-                            " tokens but token_embd.weight has " +
-                            std::to_string(m->config_.n_vocab) + " rows");
+                            " tokens but token_embd.weight has " + std::to_string(config.n_vocab) + " rows");
   }
+  const int32_t world = options.tensor_parallel;
+  if (world < 1) return invalid_argument("tensor_parallel must be >= 1, got " + std::to_string(world));
+  std::unique_ptr<Ranks> ranks;
+  std::vector<Backend*> rank_backends{&backend};
+  std::vector<ShardSpec> shards(1);
+  if (world > 1) {
+    if (!options.make_rank_backend) return invalid_argument("tensor_parallel " + std::to_string(world) + " needs a backend for each rank");
+    const int32_t ff_granule = largest_block(*file, config.n_layer, "ffn_down.weight");
+    const int32_t o_granule = largest_block(*file, config.n_layer, "attn_output.weight");
+    shards.clear();
+    for (int32_t r = 0; r < world; ++r) {
+      HELIOS_ASSIGN_OR_RETURN(ShardSpec s, plan_shard(config, r, world, ff_granule, o_granule));
+      shards.push_back(s);
+    }
+    ranks = std::make_unique<Ranks>();
+    for (int32_t r = 1; r < world; ++r) {
+      HELIOS_ASSIGN_OR_RETURN(auto b, options.make_rank_backend(r));
+      rank_backends.push_back(b.get());
+      ranks->backends.push_back(std::move(b));
+    }
+    HELIOS_ASSIGN_OR_RETURN(ranks->comms, make_communicators(rank_backends));
+  }
+  std::vector<std::unique_ptr<Model>> models;
+  for (int32_t r = 0; r < world; ++r) {
+    std::unique_ptr<Model> m(new Model(*rank_backends[r]));
+    m->model_config_ = config;
+    m->shard_ = shards[r];
+    m->config_ = shard_config(config, shards[r]);
+    if (ranks) m->comm_ = ranks->comms[r].get();
+    HELIOS_ASSIGN_OR_RETURN(m->weights_, load_weights(*file, config, *rank_backends[r], options.n_layers,
+                                                      r == 0 ? options.progress : nullptr, shards[r]));
+    m->path_ = path;
+    models.push_back(std::move(m));
+  }
+  std::unique_ptr<Model> m = std::move(models[0]);
   HELIOS_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::create(std::move(spec)));
-  HELIOS_ASSIGN_OR_RETURN(m->weights_, load_weights(*file, m->config_, backend, options.n_layers,
-                                                    options.progress));
-  m->path_ = path;
+  if (ranks) {
+    for (int32_t r = 1; r < world; ++r) ranks->models.push_back(std::move(models[r]));
+    m->ranks_ = std::move(ranks);
+  }
   return m;
+}
+
+StatusOr<KvCacheStorage> Model::create_kv(int32_t n_blocks, int32_t block_size, kernels::KvType type) const {
+  HELIOS_ASSIGN_OR_RETURN(KvCacheStorage kv, KvCacheStorage::create(backend_, kv_config(), n_blocks, block_size, type));
+  if (ranks_) {
+    for (const auto& peer : ranks_->models) {
+      HELIOS_ASSIGN_OR_RETURN(KvCacheStorage s, KvCacheStorage::create(peer->backend_, peer->kv_config(), n_blocks,
+                                                                       block_size, type));
+      kv.add_shard(std::move(s));
+    }
+  }
+  return kv;
+}
+
+Status Model::reserve_workspace(int32_t n_tokens) {
+  HELIOS_RETURN_IF_ERROR(reserve_own_workspace(n_tokens));
+  if (ranks_) {
+    for (const auto& peer : ranks_->models) HELIOS_RETURN_IF_ERROR(peer->reserve_workspace(n_tokens));
+  }
+  return ok_status();
+}
+
+StatusOr<ForwardResult> Model::forward(const ForwardBatch& batch, KvCacheStorage& kv) {
+  if (!ranks_) return forward_rank(batch, kv);
+  if (kv.n_shards() != shard_.world) {
+    return invalid_argument("a model on " + std::to_string(shard_.world) + " tensor-parallel ranks needs a KV cache "
+                            "with a shard for each (Model::create_kv); this one has " + std::to_string(kv.n_shards()));
+  }
+  // Every rank runs the same pass on its own thread; a rank that fails opens the others'
+  // collectives so that none waits for it.
+  const size_t n_peers = ranks_->models.size();
+  std::vector<Status> peer_status(n_peers, ok_status());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < n_peers; ++i) {
+    threads.emplace_back([&, i] {
+      auto r = ranks_->models[i]->forward_rank(batch, kv.shard(static_cast<int32_t>(i + 1)));
+      if (!r.ok()) {
+        peer_status[i] = r.status();
+        ranks_->comms[i + 1]->abort();
+      }
+    });
+  }
+  auto own = forward_rank(batch, kv);
+  if (!own.ok()) comm_->abort();
+  for (auto& t : threads) t.join();
+  comm_->reset();
+  for (const Status& s : peer_status) {
+    if (!s.ok()) return s;
+  }
+  return own;
 }
 
 // ---- Extending the loaded prefix ------------------------------------------------------------
@@ -35,7 +140,15 @@ static Status check_new_depth(int32_t new_depth, int32_t loaded, int32_t n_layer
                           " layers; got " + std::to_string(new_depth));
 }
 
+// Extending a tensor-parallel model would extend every rank together; not done yet.
+static Status check_one_rank(const ShardSpec& shard) {
+  if (!shard.sharded()) return ok_status();
+  return failed_precondition("a model loaded on " + std::to_string(shard.world) +
+                             " tensor-parallel ranks is loaded to its full depth; it cannot be extended");
+}
+
 StatusOr<ModelWeights> Model::load_layers_range(int32_t new_depth) const {
+  HELIOS_RETURN_IF_ERROR(check_one_rank(shard_));
   HELIOS_RETURN_IF_ERROR(check_new_depth(new_depth, n_layers_loaded(), config_.n_layer));
   // Opened again: the mapping Model::load used is gone, and the file is only read here.
   HELIOS_ASSIGN_OR_RETURN(auto file, GgufFile::open(path_));
@@ -43,6 +156,7 @@ StatusOr<ModelWeights> Model::load_layers_range(int32_t new_depth) const {
 }
 
 Status Model::append_layers(ModelWeights extra, const std::vector<int32_t>& exit_layers, const ExitHeadSet* heads) {
+  HELIOS_RETURN_IF_ERROR(check_one_rank(shard_));
   const int32_t depth = n_layers_loaded() + static_cast<int32_t>(extra.layers.size());
   HELIOS_RETURN_IF_ERROR(check_new_depth(depth, n_layers_loaded(), config_.n_layer));
   // The heads first: a failure there leaves the model as it was.
@@ -86,6 +200,9 @@ Status Model::validate(const ForwardBatch& batch, const KvCacheStorage& kv) cons
 
 Status Model::set_exits(const std::vector<int32_t>& exit_layers, const ExitHeadSet* fitted) {
   HELIOS_ASSIGN_OR_RETURN(ExitHeads heads, make_exit_heads(n_layers_loaded(), exit_layers, fitted));
+  if (ranks_) {  // every rank runs the exit heads (replicated) and must leave at the same points
+    for (const auto& peer : ranks_->models) HELIOS_RETURN_IF_ERROR(peer->set_exits(exit_layers, fitted));
+  }
   install_exits(exit_layers, std::move(heads));
   return ok_status();
 }

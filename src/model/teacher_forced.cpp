@@ -11,7 +11,7 @@ constexpr int32_t kBlockSize = 16;
 StatusOr<TeacherForcedRunner> TeacherForcedRunner::create(Model& model, size_t max_len) {
   const auto n_tokens = static_cast<int32_t>(std::max<size_t>(max_len, 1));
   const int32_t n_blocks = blocks_for_tokens(n_tokens, kBlockSize);
-  HELIOS_ASSIGN_OR_RETURN(auto kv, KvCacheStorage::create(model.backend(), model.kv_config(), n_blocks, kBlockSize));
+  HELIOS_ASSIGN_OR_RETURN(auto kv, model.create_kv(n_blocks, kBlockSize));
   TeacherForcedRunner runner(model, std::move(kv));
   BlockAllocator allocator(n_blocks);
   if (!reserve_tokens(allocator, runner.table_, n_tokens, kBlockSize)) {

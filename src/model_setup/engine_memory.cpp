@@ -55,8 +55,11 @@ StatusOr<EngineOptions> plan_engine(const EngineConfig& engine, Model& model, si
   // the same budget, so a verification pass is no larger.
   HELIOS_RETURN_IF_ERROR(model.reserve_workspace(engine.max_batched_tokens));
   HELIOS_ASSIGN_OR_RETURN(const kernels::KvType kv_type, resolve_kv_type(engine, model.backend()));
-  HELIOS_ASSIGN_OR_RETURN(KvCacheSize kv, size_kv_cache(engine, model.kv_config(), n_models,
-                                                        kv_memory_bytes(model.backend()), model_name, kv_type));
+  // Tensor-parallel ranks in host memory share it: size the cache by every rank's KV heads.
+  ModelConfig sizing = model.kv_config();
+  if (model.tensor_parallel() > 1 && model.backend().free_device_bytes() == 0) sizing.n_head_kv = model.config().n_head_kv;
+  HELIOS_ASSIGN_OR_RETURN(KvCacheSize kv, size_kv_cache(engine, sizing, n_models, kv_memory_bytes(model.backend()),
+                                                        model_name, kv_type));
   EngineOptions options;
   options.kv_type = kv_type;
   options.block_size = engine.block_size;

@@ -2,6 +2,8 @@
 #include "helios/model_setup.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <thread>
 
 namespace helios {
 namespace {
@@ -36,11 +38,25 @@ ExitPointsSpec with_default_exits(ExitPointsSpec spec, const ExitHeadSet* heads)
 
 }  // namespace
 
+std::string rank_backend_name(const std::string& backend, int32_t rank) {
+  if (backend.rfind("cuda", 0) != 0) return backend;
+  const size_t colon = backend.find(':');
+  const int first = colon == std::string::npos ? 0 : std::atoi(backend.c_str() + colon + 1);
+  return "cuda:" + std::to_string(first + rank);
+}
+
+int rank_threads(int threads, int32_t ranks) {
+  const int all = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, all / std::max(1, ranks));
+}
+
 StatusOr<ModelSetup> setup_model(Backend& backend, const ModelSetupOptions& o) {
   const ModelSetupOptions::Names& names = o.names;
   ModelLoadOptions load;
   load.n_layers = o.load_layers;
   load.progress = o.progress;
+  load.tensor_parallel = o.tensor_parallel;
+  load.make_rank_backend = o.make_rank_backend;
   ModelSetup out;
   HELIOS_ASSIGN_OR_RETURN(out.model, Model::load(o.path, backend, load));
   Model& model = *out.model;

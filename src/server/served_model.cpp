@@ -49,9 +49,15 @@ StatusOr<std::unique_ptr<ServedModel>> load_served_model(const ModelEntryConfig&
                                                          const BackendWrapper& wrap_backend) {
   auto served = std::make_unique<ServedModel>();
   served->entry = entry;
-  HELIOS_ASSIGN_OR_RETURN(served->backend, make_backend(engine.backend, engine.threads));
+  const int32_t ranks = engine.tensor_parallel;
+  const int threads = ranks > 1 ? rank_threads(engine.threads, ranks) : engine.threads;
+  HELIOS_ASSIGN_OR_RETURN(served->backend, make_backend(rank_backend_name(engine.backend, 0), threads));
   if (wrap_backend) served->backend = wrap_backend(std::move(served->backend));
   ModelSetupOptions options = setup_options(entry);
+  options.tensor_parallel = ranks;
+  options.make_rank_backend = [backend = engine.backend, threads](int32_t rank) {
+    return make_backend(rank_backend_name(backend, rank), threads);
+  };
   int last_percent = -1;
   options.progress = [&](int done, int total) {
     const int percent = 100 * done / total;
@@ -78,7 +84,9 @@ StatusOr<std::unique_ptr<ServedModel>> load_served_model(const ModelEntryConfig&
       c.n_ctx_train, static_cast<int64_t>(engine_options.n_kv_blocks) * engine_options.block_size));
   spdlog::info("{}: {} layers, {:.1f}M parameters on {}; KV cache {} blocks × {} tokens ({:.0f} MiB, {}), "
                "context {} tokens", entry.name, c.n_layer, model.weights().n_params / 1e6,
-               served->backend->name(), engine_options.n_kv_blocks, engine_options.block_size,
+               served->backend->name() + (ranks > 1 ? " and " + std::to_string(ranks - 1) + " more (" +
+                                                          std::to_string(ranks) + " tensor-parallel ranks)" : ""),
+               engine_options.n_kv_blocks, engine_options.block_size,
                static_cast<double>(kv_bytes) / 1048576.0,
                engine_options.kv_type == kernels::KvType::kF16 ? "f16" : "f32", served->context_tokens);
   HELIOS_ASSIGN_OR_RETURN(served->engine, Engine::start(*served->model, engine_options, &metrics));

@@ -962,6 +962,49 @@ class PreemptionEveryPolicyTest(ServerTestCase):
 # ---------------------------------------------------------------------------------------------
 # API keys.
 
+class TensorParallelTest(ServerTestCase):
+    """engine.tensor_parallel: 2 on the CPU: SmolLM2 split over two in-process ranks (its 3 KV heads
+    as 1 and 2), batched and swapped out under preemption, generates what the same model generates on
+    one rank, greedy, up to the first step where the one-rank model's two best tokens are within
+    NEAR_TIE nats: there the split's other summation order may pick the other one (as an f16 against
+    an f32 KV cache may). Its KV blocks come back."""
+    CONFIG = {"engine": {"tensor_parallel": 2, "kv_cache": "2MiB", "block_size": 16, "preemption": "swap",
+                         "swap_space": "64MiB"}}
+    NEAR_TIE = 0.1
+
+    @classmethod
+    def models(cls):
+        return [("smollm2", SMOLLM2)]
+
+    def test_split_model_serves_what_one_rank_serves(self):
+        prompts = PROMPTS[:6]
+        one = Heliosd("TensorParallelReference", self.models(), {"engine": {"kv_cache": "64MiB"}}).start()
+        try:
+            ref = [generate(one.stub, text=p, max_tokens=40, ignore_eos=True, model="smollm2", logprobs=True,
+                            top_logprobs=2) for p in prompts]
+        finally:
+            one.stop()
+        self.assertIn("2 tensor-parallel ranks", self.server.log_text())
+        before = self.server.status().preemptions
+        results = run_concurrently([lambda p=p: generate(self.stub, text=p, max_tokens=40, ignore_eos=True,
+                                                         model="smollm2") for p in prompts])
+        compared = 0
+        for p, want, r in zip(prompts, ref, results):
+            self.assertIsInstance(r, Result, f"{p}: {r}")
+            self.assertEqual(len(r.ids), 40, p)
+            for i, t in enumerate(want.tokens):
+                margin = t.top_logprobs[0].logprob - t.top_logprobs[1].logprob
+                if margin < self.NEAR_TIE:
+                    break
+                self.assertEqual(r.ids[i], t.token_id,
+                                 f"'{p}' token {i}: the split model picked another token with a margin of {margin:.3f}")
+                compared += 1
+        self.assertGreater(compared, 40 * len(prompts) // 3, "too few tokens before a near-tie to compare")
+        self.assertGreater(self.server.status().preemptions, before,
+                           "a 2 MiB cache should have swapped some of six 40-token generations out")
+        self.assertIdle("after the split model's generations")
+
+
 class ApiKeyTest(ServerTestCase):
     CONFIG = {"server": {"api_keys": ["s3cret-key", "other-key"]}}
 

@@ -92,6 +92,9 @@ TEST(GroupsConfig, ErrorsPointAtTheKey) {
                                     "groups:\n  - name: g\n"),
                        "model_repository[0].telemetry"));
   EXPECT_TRUE(contains(config_error("groups:\n  - name: g\n"), "model_repository is empty"));
+  // Groups extend loaded prefixes; a model split over tensor-parallel ranks cannot.
+  EXPECT_TRUE(contains(config_error(repo + "groups:\n  - name: g\nengine:\n  tensor_parallel: 2\n"),
+                       "engine.tensor_parallel: a model group extends"));
   // A groups key with no group, and no models: nothing to serve.
   for (const char* empty : {"groups:\n", "groups: []\n", "groups:\n  # none yet\nengine: {block_size: 16}\n"}) {
     EXPECT_TRUE(starts_with(config_error(repo + empty), "cfg.yaml:8:"))

@@ -198,6 +198,18 @@ TEST(ConfigRoundTrip, KvCacheForms) {
   EXPECT_DOUBLE_EQ(kv("12.5%").kv_cache_fraction, 0.125);
 }
 
+TEST(ConfigRoundTrip, TensorParallel) {
+  StatusOr<HeliosConfig> one = parse_config(with_model(""), "cfg.yaml");
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  EXPECT_EQ(one->engine.tensor_parallel, 1);
+  StatusOr<HeliosConfig> two = parse_config(with_model("engine:\n  tensor_parallel: 2\n"), "cfg.yaml");
+  ASSERT_TRUE(two.ok()) << two.status().to_string();
+  EXPECT_EQ(two->engine.tensor_parallel, 2);
+  StatusOr<HeliosConfig> zero = parse_config(with_model("engine:\n  tensor_parallel: 0\n"), "cfg.yaml");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.status().message().find("engine.tensor_parallel"), std::string::npos) << zero.status().message();
+}
+
 TEST(ConfigRoundTrip, KvCacheTypes) {
   const auto type = [](const std::string& yaml) {
     StatusOr<HeliosConfig> parsed = parse_config(with_model(yaml), "cfg.yaml");
