@@ -7,10 +7,12 @@
 
 namespace helios::kernels {
 
-// How K and V are stored: f32, or IEEE half (round to nearest even; what llama.cpp keeps by
-// default, half the bytes per token).
-enum class KvType : int32_t { kF32 = 0, kF16 = 1 };
-inline int32_t kv_type_bytes(KvType t) { return t == KvType::kF16 ? 2 : 4; }
+// How K and V are stored: f32, IEEE half (round to nearest even; what llama.cpp keeps by default,
+// half the bytes per token), or FP8 E4M3 (kernels/ref/fp8.h: round to nearest even, saturating at
+// ±448; a quarter of the bytes, 3 mantissa bits).
+enum class KvType : int32_t { kF32 = 0, kF16 = 1, kFp8E4M3 = 2 };
+inline int32_t kv_type_bytes(KvType t) { return t == KvType::kF32 ? 4 : t == KvType::kF16 ? 2 : 1; }
+inline const char* kv_type_name(KvType t) { return t == KvType::kF32 ? "f32" : t == KvType::kF16 ? "f16" : "fp8"; }
 
 // A paged KV cache for one layer. Owns nothing.
 //   k, v: [n_blocks, block_size, n_kv_heads, head_dim] of `type`; slot = block_id * block_size + offset.

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -54,6 +55,11 @@ __device__ __forceinline__ float load_kv(const float* p) { return *p; }
 __device__ __forceinline__ float load_kv(const __half* p) { return __half2float(*p); }
 __device__ __forceinline__ void store_kv(float* p, float x) { *p = x; }
 __device__ __forceinline__ void store_kv(__half* p, float x) { *p = __float2half_rn(x); }
+// FP8 E4M3: round to nearest even, saturating at ±448 (the CPU twin's fp32_to_fp8_e4m3).
+__device__ __forceinline__ float load_kv(const __nv_fp8_e4m3* p) { return static_cast<float>(*p); }
+__device__ __forceinline__ void store_kv(__nv_fp8_e4m3* p, float x) {
+  p->__x = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+}
 
 // A float's bits as an unsigned key with the same order (larger float → larger key).
 __device__ __forceinline__ uint32_t order_key(float f) {

@@ -1,4 +1,4 @@
-// KV write: each token's K and V rows into its cache slot, as f32 or f16. One block per token.
+// KV write: each token's K and V rows into its cache slot, as f32, f16 or fp8 (E4M3). One block per token.
 #include "kernels/cuda/common.cuh"
 #include "kernels/kernels.h"
 
@@ -31,6 +31,10 @@ int launch_kv_write(const float* k, const float* v, const int32_t* slots, int32_
     case KvType::kF16:
       kv_write_kernel<<<n_tokens, 128, 0, s>>>(k, v, slots, row, static_cast<__half*>(cache.k),
                                                 static_cast<__half*>(cache.v));
+      break;
+    case KvType::kFp8E4M3:
+      kv_write_kernel<<<n_tokens, 128, 0, s>>>(k, v, slots, row, static_cast<__nv_fp8_e4m3*>(cache.k),
+                                                static_cast<__nv_fp8_e4m3*>(cache.v));
       break;
     default:
       return static_cast<int>(cudaErrorInvalidValue);

@@ -46,7 +46,7 @@ size_t shared_bytes(int32_t group, int32_t head_dim) {
          sizeof(int32_t) * kTile;
 }
 
-template <typename T>  // the cache's element: float or __half
+template <typename T>  // the cache's element: float, __half or __nv_fp8_e4m3
 struct AttentionArgs {
   const float* q;           // [n_tokens, n_heads, head_dim]
   const T* k_cache;         // [n_blocks, block_size, n_kv_heads, head_dim]
@@ -224,7 +224,8 @@ int launch_paged_attention(const float* q, const PagedKV& cache, const Attention
                            float* out, void* stream) {
   if (plan.n_tokens <= 0) return 0;
   if (cache.n_kv_heads <= 0 || n_heads % cache.n_kv_heads != 0 || max_context <= 0 ||
-      cache.head_dim <= 0 || (cache.type != KvType::kF32 && cache.type != KvType::kF16)) {
+      cache.head_dim <= 0 ||
+      (cache.type != KvType::kF32 && cache.type != KvType::kF16 && cache.type != KvType::kFp8E4M3)) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   const int32_t group = n_heads / cache.n_kv_heads;
@@ -248,6 +249,8 @@ int launch_paged_attention(const float* q, const PagedKV& cache, const Attention
   };
   if (cache.type == KvType::kF16) {
     launch(static_cast<const __half*>(cache.k), static_cast<const __half*>(cache.v));
+  } else if (cache.type == KvType::kFp8E4M3) {
+    launch(static_cast<const __nv_fp8_e4m3*>(cache.k), static_cast<const __nv_fp8_e4m3*>(cache.v));
   } else {
     launch(static_cast<const float*>(cache.k), static_cast<const float*>(cache.v));
   }

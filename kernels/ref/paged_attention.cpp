@@ -11,6 +11,7 @@
 #include "kernels/kernels.h"
 #include "kernels/ref/dot_lanes.h"
 #include "kernels/ref/fp16.h"
+#include "kernels/ref/fp8.h"
 
 namespace helios::kernels {
 namespace {
@@ -19,6 +20,11 @@ namespace {
 // converted into tmp for f16.
 inline const float* cache_values(const void* base, KvType type, int64_t offset, int32_t n, float* tmp) {
   if (type == KvType::kF32) return static_cast<const float*>(base) + offset;
+  if (type == KvType::kFp8E4M3) {
+    const uint8_t* b = static_cast<const uint8_t*>(base) + offset;
+    for (int32_t i = 0; i < n; ++i) tmp[i] = fp8_e4m3_to_fp32(b[i]);
+    return tmp;
+  }
   const uint16_t* h = static_cast<const uint16_t*>(base) + offset;
   for (int32_t i = 0; i < n; ++i) tmp[i] = fp16_to_fp32(h[i]);
   return tmp;
@@ -27,6 +33,11 @@ inline const float* cache_values(const void* base, KvType type, int64_t offset, 
 void store_values(const float* x, int64_t n, KvType type, void* base, int64_t offset) {
   if (type == KvType::kF32) {
     std::memcpy(static_cast<float*>(base) + offset, x, sizeof(float) * n);
+    return;
+  }
+  if (type == KvType::kFp8E4M3) {
+    uint8_t* b = static_cast<uint8_t*>(base) + offset;
+    for (int64_t i = 0; i < n; ++i) b[i] = fp32_to_fp8_e4m3(x[i]);
     return;
   }
   uint16_t* h = static_cast<uint16_t*>(base) + offset;

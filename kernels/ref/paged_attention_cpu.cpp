@@ -15,6 +15,7 @@
 #include "kernels/ref/dot_lanes.h"
 #include "kernels/ref/exp_avx2.h"
 #include "kernels/ref/fp16.h"
+#include "kernels/ref/fp8.h"
 
 namespace helios::kernels {
 namespace {
@@ -29,6 +30,12 @@ inline int32_t splits_of(int32_t n_ctx) { return (n_ctx + kSplitLen - 1) / kSpli
 inline void load_row(const void* base, KvType type, int64_t offset, int32_t hd, float* dst) {
   if (type == KvType::kF32) {
     std::memcpy(dst, static_cast<const float*>(base) + offset, sizeof(float) * hd);
+    return;
+  }
+  if (type == KvType::kFp8E4M3) {
+    const uint8_t* b = static_cast<const uint8_t*>(base) + offset;
+    const float* table = fp8_e4m3_table();
+    for (int32_t i = 0; i < hd; ++i) dst[i] = table[b[i]];
     return;
   }
   const uint16_t* h = static_cast<const uint16_t*>(base) + offset;
@@ -75,6 +82,10 @@ inline float exp_and_sum(float* s, int32_t n, float max) {
 template <KvType T>
 inline __m256 load8(const void* base, int64_t offset) {
   if constexpr (T == KvType::kF32) return _mm256_loadu_ps(static_cast<const float*>(base) + offset);
+  if constexpr (T == KvType::kFp8E4M3) {  // 8 codes through the table of their values
+    const __m128i codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(base) + offset));
+    return _mm256_i32gather_ps(fp8_e4m3_table(), _mm256_cvtepu8_epi32(codes), 4);
+  }
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + offset)));
 }
 
@@ -129,9 +140,14 @@ bool group_kernels(int32_t group, const void* k, const void* v, const int64_t* r
 bool fast_group(const PagedKV& cache, int32_t group, const int64_t* rows, int32_t n, const float* q,
                 float* scores, float* out, bool values) {
   if (cache.head_dim % 8 != 0) return false;
-  return cache.type == KvType::kF16
-             ? group_kernels<KvType::kF16>(group, cache.k, cache.v, rows, n, q, cache.head_dim, scores, out, values)
-             : group_kernels<KvType::kF32>(group, cache.k, cache.v, rows, n, q, cache.head_dim, scores, out, values);
+  switch (cache.type) {
+    case KvType::kF16:
+      return group_kernels<KvType::kF16>(group, cache.k, cache.v, rows, n, q, cache.head_dim, scores, out, values);
+    case KvType::kFp8E4M3:
+      return group_kernels<KvType::kFp8E4M3>(group, cache.k, cache.v, rows, n, q, cache.head_dim, scores, out, values);
+    default:
+      return group_kernels<KvType::kF32>(group, cache.k, cache.v, rows, n, q, cache.head_dim, scores, out, values);
+  }
 }
 #else
 bool fast_group(const PagedKV&, int32_t, const int64_t*, int32_t, const float*, float*, float*, bool) { return false; }

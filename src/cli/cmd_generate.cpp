@@ -36,8 +36,8 @@ int cmd_generate(int argc, char** argv) {
       .option("stop", "TEXT", "stop when the output contains TEXT (not printed)")
       .option("ignore-eos", "", "keep generating past end-of-sequence tokens")
       .option("show-exits", "", "print each token's exit layer and confidence to stderr")
-      .option("kv-type", "T", "KV cache elements: f16 (llama.cpp's default, half the memory) or f32 (the "
-              "reference arithmetic); auto = f16 where the backend has it", "auto");
+      .option("kv-type", "T", "KV cache elements: f16 (llama.cpp's default, half the memory), fp8 (E4M3, a quarter) "
+              "or f32 (the reference arithmetic); auto = f16 where the backend has it", "auto");
   add_exit_rule_options(args);
   args.example("helios generate --prompt \"Once upon a time\" --max-tokens 64")
       .example("helios generate --chat --prompt \"Name three colours.\" --seed 42")
@@ -76,8 +76,8 @@ int cmd_generate(int argc, char** argv) {
     if (args.has("stop")) opt.stop.push_back(args.str("stop"));
     opt.ignore_eos = args.has("ignore-eos");
     const std::string kv_type = args.str("kv-type");
-    if (kv_type != "auto" && kv_type != "f16" && kv_type != "f32") {
-      return invalid_argument("--kv-type must be auto, f16 or f32, got '" + kv_type + "'");
+    if (kv_type != "auto" && kv_type != "f16" && kv_type != "f32" && kv_type != "fp8") {
+      return invalid_argument("--kv-type must be auto, f16, fp8 or f32, got '" + kv_type + "'");
     }
     return opt.sampling.validate();
   };
@@ -90,7 +90,8 @@ int cmd_generate(int argc, char** argv) {
   opt.exit = *rule;
   EngineConfig kv_choice;  // the engine's own rule for auto, f16 and f32
   if (args.str("kv-type") != "auto") {
-    kv_choice.kv_cache_type = args.str("kv-type") == "f16" ? kernels::KvType::kF16 : kernels::KvType::kF32;
+    const std::string t = args.str("kv-type");
+    kv_choice.kv_cache_type = t == "f16" ? kernels::KvType::kF16 : t == "fp8" ? kernels::KvType::kFp8E4M3 : kernels::KvType::kF32;
   }
   auto kv_type = resolve_kv_type(kv_choice, *loaded->backend);
   if (!kv_type.ok()) return usage_error("generate", kv_type.status().message());

@@ -79,8 +79,9 @@ Status read_engine_config(const ConfigSource& source, const YAML::Node& node,
 
   std::string kv_type = "auto";
   HELIOS_RETURN_IF_ERROR(engine.read_choice<std::string>(
-      "kv_cache_type", {{"auto", "auto"}, {"f16", "f16"}, {"f32", "f32"}}, &kv_type));
+      "kv_cache_type", {{"auto", "auto"}, {"f16", "f16"}, {"f32", "f32"}, {"fp8", "fp8"}}, &kv_type));
   if (kv_type == "f16") out->kv_cache_type = kernels::KvType::kF16;
+  if (kv_type == "fp8") out->kv_cache_type = kernels::KvType::kFp8E4M3;
   if (kv_type == "f32") out->kv_cache_type = kernels::KvType::kF32;
 
   HELIOS_RETURN_IF_ERROR(engine.read_int("block_size", &out->block_size));

@@ -14,16 +14,16 @@ StatusOr<KvCacheStorage> KvCacheStorage::create(Backend& backend, const ModelCon
                             std::to_string(n_blocks) + ", " + std::to_string(block_size) + ")");
   }
   if (!backend.supports_kv_type(type)) {
-    return invalid_argument("the " + backend.name() + " backend has no " +
-                            (type == kernels::KvType::kF16 ? "f16" : "f32") +
+    return invalid_argument("the " + backend.name() + " backend has no " + kernels::kv_type_name(type) +
                             " KV cache; set engine.kv_cache_type to f32");
   }
-  // Blocks are swapped as whole 4-byte words, so an f16 block must hold an even count of values
-  // (true whenever head_dim is even, as in every real model).
-  if (type == kernels::KvType::kF16 && (static_cast<int64_t>(block_size) * config.kv_dim()) % 2 != 0) {
-    return invalid_argument("an f16 KV cache needs block_size × n_kv_heads × head_dim even (got " +
-                            std::to_string(block_size) + " × " + std::to_string(config.kv_dim()) +
-                            "); set engine.kv_cache_type to f32");
+  // Blocks are swapped as whole 4-byte words, so a block must hold whole words of values (true
+  // for every real model's head_dim).
+  const int32_t per_word = 4 / kernels::kv_type_bytes(type);
+  if ((static_cast<int64_t>(block_size) * config.kv_dim()) % per_word != 0) {
+    return invalid_argument(std::string("an ") + kernels::kv_type_name(type) + " KV cache needs block_size × n_kv_heads × head_dim a multiple of " +
+                            std::to_string(per_word) + " (got " + std::to_string(block_size) + " × " +
+                            std::to_string(config.kv_dim()) + "); set engine.kv_cache_type to f32");
   }
   KvCacheStorage s;
   s.backend_ = &backend;

@@ -37,7 +37,7 @@ StatusOr<kernels::KvType> resolve_kv_type(const EngineConfig& engine, const Back
   }
   if (!backend.supports_kv_type(*engine.kv_cache_type)) {
     return invalid_argument("engine.kv_cache_type: the " + backend.name() + " backend has no " +
-                            (*engine.kv_cache_type == kernels::KvType::kF16 ? "f16" : "f32") +
+                            kernels::kv_type_name(*engine.kv_cache_type) +
                             " KV cache; use kv_cache_type: f32 (or auto)");
   }
   return *engine.kv_cache_type;

@@ -88,7 +88,7 @@ StatusOr<std::unique_ptr<ServedModel>> load_served_model(const ModelEntryConfig&
                                                           std::to_string(ranks) + " tensor-parallel ranks)" : ""),
                engine_options.n_kv_blocks, engine_options.block_size,
                static_cast<double>(kv_bytes) / 1048576.0,
-               engine_options.kv_type == kernels::KvType::kF16 ? "f16" : "f32", served->context_tokens);
+               kernels::kv_type_name(engine_options.kv_type), served->context_tokens);
   HELIOS_ASSIGN_OR_RETURN(served->engine, Engine::start(*served->model, engine_options, &metrics));
   return served;
 }

@@ -27,9 +27,11 @@ struct SeqSpec {
   int32_t cached, new_tokens;
 };
 
-// The cache's elements: f32, or f16 stored as 16-bit words (2 to a float of the arrays below).
+// The cache's elements: f32, f16 as 16-bit words (2 to a float of the arrays below), or fp8
+// bytes (4 to a float).
 int64_t cache_floats_of(int64_t elements, kernels::KvType type) {
-  return type == kernels::KvType::kF16 ? (elements + 1) / 2 : elements;
+  const int64_t per_float = 4 / kernels::kv_type_bytes(type);
+  return (elements + per_float - 1) / per_float;
 }
 
 void check_attention(const Shape& sh, const std::vector<SeqSpec>& seqs, uint32_t seed,
@@ -74,9 +76,9 @@ void check_attention(const Shape& sh, const std::vector<SeqSpec>& seqs, uint32_t
   // NaN padding: an f32 NaN, or two f16 NaNs (0x7E00) in each 32-bit word.
   const size_t cache_floats = cache_floats_of(static_cast<int64_t>(n_blocks) * block_size * kv_row, type);
   float pad = NAN;
-  if (type == kernels::KvType::kF16) {
-    const uint32_t two_halves = 0x7E007E00u;
-    std::memcpy(&pad, &two_halves, sizeof pad);
+  if (type != kernels::KvType::kF32) {  // two f16 NaNs (0x7E00), or four fp8 NaNs (0x7F)
+    const uint32_t nans = type == kernels::KvType::kF16 ? 0x7E007E00u : 0x7F7F7F7Fu;
+    std::memcpy(&pad, &nans, sizeof pad);
   }
   std::vector<float> k_cache(cache_floats, pad), v_cache(cache_floats, pad);
   kernels::PagedKV host_cache{k_cache.data(), v_cache.data(), n_blocks, block_size, sh.n_kv_heads, sh.head_dim, type};
@@ -90,7 +92,7 @@ void check_attention(const Shape& sh, const std::vector<SeqSpec>& seqs, uint32_t
   // The cache is bit-identical, NaN padding included (compared as bits).
   const auto got_k = d_kc.to_host();
   ASSERT_EQ(0, std::memcmp(got_k.data(), k_cache.data(), cache_floats * sizeof(float)))
-      << "kv_write K (" << (type == kernels::KvType::kF16 ? "f16" : "f32") << ")";
+      << "kv_write K (" << kernels::kv_type_name(type) << ")";
   const auto got_v = d_vc.to_host();
   ASSERT_EQ(0, std::memcmp(got_v.data(), v_cache.data(), cache_floats * sizeof(float))) << "kv_write V";
 
@@ -107,7 +109,7 @@ void check_attention(const Shape& sh, const std::vector<SeqSpec>& seqs, uint32_t
   ASSERT_EQ(kernels::launch_paged_attention(d_q.get(), dev_cache, dev_plan, sh.n_heads, scale, max_context,
                                             ws_floats ? d_ws.get() : nullptr, d_out.get(), nullptr), 0);
   EXPECT_TRUE(all_near(d_out.to_host(), want, 2e-5f, 2e-6f))
-      << (type == kernels::KvType::kF16 ? "f16 " : "f32 ") << "heads " << sh.n_heads << "/" << sh.n_kv_heads
+      << kernels::kv_type_name(type) << " heads " << sh.n_heads << "/" << sh.n_kv_heads
       << " head_dim " << sh.head_dim << " tokens " << n_tokens
       << " max context " << max_context << " splits workspace " << ws_floats;
 }
@@ -140,6 +142,10 @@ TEST(GpuParity, PagedAttentionWithAnF16CacheMatchesTheCpuTwin) {
     check_attention(sh, {{16, 1}, {17, 1}, {300, 1}}, 12, kernels::KvType::kF16);
     check_attention(sh, {{4100, 1}}, 13, kernels::KvType::kF16);  // the split path
     check_attention(sh, {{48, 33}, {0, 5}, {700, 1}, {15, 1}}, 14, kernels::KvType::kF16);
+    check_attention(sh, {{0, 1}}, 15, kernels::KvType::kFp8E4M3);
+    check_attention(sh, {{16, 1}, {17, 1}, {300, 1}}, 16, kernels::KvType::kFp8E4M3);
+    check_attention(sh, {{4100, 1}}, 17, kernels::KvType::kFp8E4M3);
+    check_attention(sh, {{48, 33}, {0, 5}, {700, 1}, {15, 1}}, 18, kernels::KvType::kFp8E4M3);
   }
 }
 

@@ -47,7 +47,7 @@ class CpuBackend final : public Backend {
   bool supports_weight_type(TensorType type) const override {
     return type == TensorType::kF32 || kernels::ref_quantized_weight_type(static_cast<uint32_t>(type));
   }
-  bool supports_kv_type(kernels::KvType) const override { return true; }  // f32 and f16
+  bool supports_kv_type(kernels::KvType) const override { return true; }  // f32, f16 and fp8 (E4M3)
   // Q4_K and Q6_K interleaved 4 rows at a time where that kernel is the faster: it needs 1.25 and
   // 1.5 multiplies per 32 products, the row kernels 2 (kernels/ref/quant_matmul_x4.cpp).
   WeightLayout matmul_layout(TensorType type, int32_t n_out, int32_t n_in) const override {

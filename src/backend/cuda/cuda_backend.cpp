@@ -70,9 +70,7 @@ class CudaBackend final : public Backend {
   bool supports_weight_type(TensorType type) const override {
     return type == TensorType::kF32 || type == TensorType::kF16 || quantized_type(type);
   }
-  bool supports_kv_type(kernels::KvType type) const override {  // f16 halves the cache and its reads
-    return type == kernels::KvType::kF32 || type == kernels::KvType::kF16;
-  }
+  bool supports_kv_type(kernels::KvType) const override { return true; }  // f32, f16 and fp8 (E4M3)
 
   void embedding(const int32_t* tokens, int32_t n_tokens, const float* table, int32_t dim,
                  float* out) override;

@@ -11,6 +11,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/ref/fp16.h"
+#include "kernels/ref/fp8.h"
 
 namespace helios {
 namespace {
@@ -97,7 +98,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttention,
                                            Shape{9, 3, 64, 16}, Shape{4, 1, 32, 1}));
 
 
-// The CPU backend's kernel against the reference, for f32 and f16 caches: query-head groups from
+// The CPU backend's kernel against the reference, for f32, f16 and fp8 caches: query-head groups from
 // 1 to 9 (register-blocked up to 8, generic beyond), a head size that is not a multiple of 8, and
 // contexts long enough to be split across threads (merged afterwards).
 struct CpuShape {
@@ -118,12 +119,12 @@ TEST_P(CpuPagedAttention, MatchesTheReference) {
   for (size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<int32_t>(i);
   std::shuffle(tables.begin(), tables.end(), rng);
 
-  for (const kernels::KvType type : {kernels::KvType::kF32, kernels::KvType::kF16}) {
-    SCOPED_TRACE(type == kernels::KvType::kF16 ? "f16" : "f32");
+  for (const kernels::KvType type : {kernels::KvType::kF32, kernels::KvType::kF16, kernels::KvType::kFp8E4M3}) {
+    SCOPED_TRACE(kernels::kv_type_name(type));
     const size_t n_values = static_cast<size_t>(n_blocks) * s.block_size * kv_row;
-    std::vector<float> k_cache(n_values), v_cache(n_values);  // f16 uses the first half of the bytes
+    std::vector<float> k_cache(n_values), v_cache(n_values);  // f16 and fp8 use the first half / quarter
     kernels::PagedKV cache{k_cache.data(), v_cache.data(), n_blocks, s.block_size, s.n_kv_heads, s.head_dim, type};
-    // Every slot written through kv_write, so the f16 cache holds rounded values.
+    // Every slot written through kv_write, so the f16 and fp8 caches hold rounded values.
     std::vector<float> k(n_values), v(n_values);
     for (auto& x : k) x = normal(rng);
     for (auto& x : v) x = normal(rng);
@@ -223,6 +224,79 @@ TEST(KvWrite, F16CacheHoldsTheRoundedValues) {
       EXPECT_EQ(kc[slots[t] * kv_row + i], kernels::fp32_to_fp16(k[t * kv_row + i]));
       EXPECT_EQ(vc[slots[t] * kv_row + i], kernels::fp32_to_fp16(v[t * kv_row + i]));
     }
+}
+
+TEST(KvWrite, Fp8CacheHoldsTheRoundedCodes) {
+  const int kv_row = 2 * 8;
+  std::vector<float> k(3 * kv_row), v(3 * kv_row);
+  for (size_t i = 0; i < k.size(); ++i) {
+    k[i] = 0.37f * static_cast<float>(i) - 5.1f;
+    v[i] = 600.0f * (i % 2 ? 1 : -1) / static_cast<float>(i + 1);  // the first ones saturate at ±448
+  }
+  std::vector<uint8_t> kc(4 * kv_row), vc(4 * kv_row);
+  kernels::PagedKV cache{kc.data(), vc.data(), 1, 4, 2, 8, kernels::KvType::kFp8E4M3};
+  const int32_t slots[3] = {2, 0, 3};
+  kernels::ref_kv_write(k.data(), v.data(), slots, 3, cache);
+  for (int t = 0; t < 3; ++t)
+    for (int i = 0; i < kv_row; ++i) {
+      EXPECT_EQ(kc[slots[t] * kv_row + i], kernels::fp32_to_fp8_e4m3(k[t * kv_row + i]));
+      EXPECT_EQ(vc[slots[t] * kv_row + i], kernels::fp32_to_fp8_e4m3(v[t * kv_row + i]));
+    }
+  EXPECT_EQ(kernels::fp8_e4m3_to_fp32(vc[2 * kv_row]), -448.0f);
+}
+
+// E4M3 ("e4m3fn"): every code's value from its fields, encoding as the nearest code (ties to the
+// even code), saturating at ±448, NaN to NaN — against a search over the 256 codes.
+TEST(Fp8E4M3, CodesDecodeToTheirValues) {
+  EXPECT_EQ(kernels::fp8_e4m3_to_fp32(0x00), 0.0f);
+  EXPECT_EQ(kernels::fp8_e4m3_to_fp32(0x01), std::ldexp(1.0f, -9));  // the smallest subnormal
+  EXPECT_EQ(kernels::fp8_e4m3_to_fp32(0x07), 7 * std::ldexp(1.0f, -9));
+  EXPECT_EQ(kernels::fp8_e4m3_to_fp32(0x08), std::ldexp(1.0f, -6));  // the smallest normal
+  EXPECT_EQ(kernels::fp8_e4m3_to_fp32(0x38), 1.0f);
+  EXPECT_EQ(kernels::fp8_e4m3_to_fp32(0x3C), 1.5f);
+  EXPECT_EQ(kernels::fp8_e4m3_to_fp32(0x7E), 448.0f);
+  EXPECT_EQ(kernels::fp8_e4m3_to_fp32(0xB8), -1.0f);
+  EXPECT_TRUE(std::isnan(kernels::fp8_e4m3_to_fp32(0x7F)));
+  EXPECT_TRUE(std::isnan(kernels::fp8_e4m3_to_fp32(0xFF)));
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7F) == 0x7F) continue;
+    EXPECT_EQ(kernels::fp32_to_fp8_e4m3(kernels::fp8_e4m3_to_fp32(static_cast<uint8_t>(c))), c) << "code " << c;
+  }
+}
+
+TEST(Fp8E4M3, EncodesToTheNearestCodeTiesToEven) {
+  // The nearest finite code by search (ties: the even code), saturating beyond 448.
+  auto nearest = [](float x) {
+    const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
+    const float a = std::fabs(x);
+    int best = 0;
+    for (int c = 1; c <= 0x7E; ++c) {
+      const float d = std::fabs(kernels::fp8_e4m3_to_fp32(static_cast<uint8_t>(c)) - a);
+      const float db = std::fabs(kernels::fp8_e4m3_to_fp32(static_cast<uint8_t>(best)) - a);
+      if (d < db || (d == db && c % 2 == 0)) best = c;
+    }
+    return static_cast<uint8_t>(sign | best);
+  };
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-12, 10);
+  for (int i = 0; i < 20000; ++i) {
+    const float x = std::ldexp(mantissa(rng), exponent(rng));
+    ASSERT_EQ(kernels::fp32_to_fp8_e4m3(x), nearest(x)) << x;
+  }
+  for (int c = 0; c < 0x7E; ++c) {  // every midpoint between neighbouring codes, and just beside it
+    const float lo = kernels::fp8_e4m3_to_fp32(static_cast<uint8_t>(c));
+    const float hi = kernels::fp8_e4m3_to_fp32(static_cast<uint8_t>(c + 1));
+    const float mid = (lo + hi) / 2;
+    EXPECT_EQ(kernels::fp32_to_fp8_e4m3(mid), c % 2 == 0 ? c : c + 1) << "midpoint after code " << c;
+    EXPECT_EQ(kernels::fp32_to_fp8_e4m3(std::nextafter(mid, 0.0f)), c);
+    EXPECT_EQ(kernels::fp32_to_fp8_e4m3(std::nextafter(mid, 1000.0f)), c + 1);
+  }
+  EXPECT_EQ(kernels::fp32_to_fp8_e4m3(460.0f), 0x7E);
+  EXPECT_EQ(kernels::fp32_to_fp8_e4m3(1e30f), 0x7E);
+  EXPECT_EQ(kernels::fp32_to_fp8_e4m3(-INFINITY), 0xFE);
+  EXPECT_EQ(kernels::fp32_to_fp8_e4m3(NAN) & 0x7F, 0x7F);
+  EXPECT_EQ(kernels::fp32_to_fp8_e4m3(-0.0f), 0x80);
 }
 
 }  // namespace

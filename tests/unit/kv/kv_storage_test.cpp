@@ -65,6 +65,14 @@ TEST(KvCacheStorage, RefusesAnOddF16Block) {
   ASSERT_FALSE(odd.ok());
   EXPECT_NE(odd.status().message().find("kv_cache_type"), std::string::npos) << odd.status().message();
   EXPECT_TRUE(KvCacheStorage::create(*backend, c, 2, 1, kernels::KvType::kF32).ok());
+  // fp8: four values to a swapped word.
+  c.head_dim = 2;
+  auto two = KvCacheStorage::create(*backend, c, 2, 1, kernels::KvType::kFp8E4M3);
+  ASSERT_FALSE(two.ok());
+  EXPECT_NE(two.status().message().find("multiple of 4"), std::string::npos) << two.status().message();
+  EXPECT_TRUE(KvCacheStorage::create(*backend, c, 2, 2, kernels::KvType::kFp8E4M3).ok());
+  EXPECT_EQ(KvCacheStorage::bytes_per_block(small_config(), 4, kernels::KvType::kFp8E4M3) * 4,
+            KvCacheStorage::bytes_per_block(small_config(), 4, kernels::KvType::kF32));
 }
 
 // Block b of `kv` filled with a pattern of its own through write_block.
@@ -84,7 +92,7 @@ std::vector<float> read_block(const KvCacheStorage& kv, int32_t b) {
 TEST(KvCacheStorage, GrowKeepsEveryBlockAndTheNewBlocksWork) {
   const ModelConfig c = small_config();
   const auto backend = make_cpu_backend(1);
-  for (kernels::KvType type : {kernels::KvType::kF32, kernels::KvType::kF16}) {
+  for (kernels::KvType type : {kernels::KvType::kF32, kernels::KvType::kF16, kernels::KvType::kFp8E4M3}) {
     auto kv = KvCacheStorage::create(*backend, c, 3, 4, type);
     ASSERT_TRUE(kv.ok()) << kv.status().to_string();
     std::vector<std::vector<float>> before;
