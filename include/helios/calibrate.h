@@ -58,7 +58,8 @@ struct HiddenStates {
   int64_t n_tokens() const { return static_cast<int64_t>(final_top1.size()); }
   const std::vector<float>& at(int32_t layer) const;  // states of a captured layer
 };
-// INVALID_ARGUMENT for a layer outside 1..n_layer, or a model loaded short of its depth.
+// No exit layers: the last layer's states alone. INVALID_ARGUMENT for a layer outside
+// 1..n_layer - 1, or a model loaded short of its depth.
 StatusOr<HiddenStates> collect_hidden_states(Model& model, const std::vector<std::vector<TokenId>>& sequences,
                                              const std::vector<int32_t>& exit_layers, const ProgressLog& log = nullptr,
                                              bool keep_last_block_input = false);
@@ -135,6 +136,7 @@ struct ExitCalibration {
   double threshold = 1;          // fitted top-1 threshold for target_agreement (1: never leave here)
   double coverage = 0;           // held-out tokens whose top-1 probability reaches it
   int64_t n_fit = 0, n_held_out = 0;
+  bool lookahead = false;        // the lookahead head (fit_lookahead_head), not an exit
 };
 
 struct CalibrationResult {
@@ -144,6 +146,14 @@ struct CalibrationResult {
 
 // Fits every exit in `data` (all captured layers but the last). The model supplies the LM head.
 StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& data, const CalibrationOptions& options);
+
+// The lookahead head's pairs: the last layer's state at each position followed by another in its
+// sequence, and as its target that next position's state and top-1 (layers {n_layer, n_layer}).
+HiddenStates lookahead_states(const HiddenStates& data);
+// A lookahead head (ExitHeadSet::lookahead): fitted as an exit head is (ridge, distilled, a random-
+// start MLP), on the last layer's state at t against the model's distribution at t + 1, so its top-1
+// guesses the token after the next one. The result's one head is at layer n_layer.
+StatusOr<CalibrationResult> fit_lookahead_head(Model& model, const HiddenStates& data, CalibrationOptions options);
 
 // Markdown table: layer | logit-lens agreement | adapter agreement | head kept | probe accuracy |
 // base rate | threshold | coverage.

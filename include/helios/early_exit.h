@@ -185,6 +185,11 @@ struct ExitHeadSet {
   int32_t n_layer = 0;
   int32_t n_embd = 0;
   std::vector<ExitHeadParams> heads;  // by layer, ascending
+  // A lookahead head (`helios calibrate --lookahead`): on the last layer's state at position t it
+  // guesses the token after the model's next one, t + 2 — a draft the next full pass verifies
+  // (self-speculative at the model's depth). Its layer is n_layer; none when `has_lookahead` is false.
+  bool has_lookahead = false;
+  ExitHeadParams lookahead;
 
   const ExitHeadParams* find(int32_t layer) const;  // nullptr when there is none
 };

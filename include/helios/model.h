@@ -145,6 +145,14 @@ class Model {
   // INVALID_ARGUMENT for a layer outside [1, n_layers_loaded - 1].
   Status set_exits(const std::vector<int32_t>& exit_layers, const ExitHeadSet* fitted);
   const std::vector<int32_t>& exit_layers() const;
+  // A lookahead head is installed (set_exits with heads that have one, on a model loaded to its
+  // whole depth, on one rank): self-speculative at the loaded depth drafts with it.
+  bool has_lookahead() const { return lookahead_ != nullptr; }
+  // The lookahead head on n host rows of last-layer states [n, n_embd] (ForwardBatch::capture_layers
+  // at the loaded depth): per row its top-1 among the first `vocab` ids (0: all) and that token's
+  // probability, i.e. the guess for the token after the one the row's logits predict.
+  // FAILED_PRECONDITION without a lookahead head.
+  StatusOr<std::vector<ExitObservation>> lookahead(const float* states, int32_t n, int32_t vocab = 0) const;
   // Whether the model can run the rule: its depth is an exit point or the loaded depth, a probe
   // measure has probes at every exit. INVALID_ARGUMENT saying what is missing.
   Status check_exit_rule(const ExitRule& rule) const;
@@ -196,10 +204,17 @@ class Model {
     ExitHeadParams params;
   };
   using ExitHeads = std::vector<std::shared_ptr<ExitHead>>;  // [depth + 1], null where none
+  struct ExitHeadsAt {
+    ExitHeads heads;
+    std::shared_ptr<ExitHead> lookahead;  // null: none
+  };
+  // One head in backend memory (`params` null: the logit lens), its tensors named after `name`.
+  StatusOr<std::shared_ptr<ExitHead>> make_exit_head(int32_t layer, const ExitHeadParams* params,
+                                                     const std::string& name) const;
   // The heads set_exits installs for a model loaded to `depth`; the model is unchanged.
-  StatusOr<ExitHeads> make_exit_heads(int32_t depth, const std::vector<int32_t>& exit_layers,
-                                      const ExitHeadSet* fitted) const;
-  void install_exits(std::vector<int32_t> exit_layers, ExitHeads heads);
+  StatusOr<ExitHeadsAt> make_exit_heads(int32_t depth, const std::vector<int32_t>& exit_layers,
+                                        const ExitHeadSet* fitted) const;
+  void install_exits(std::vector<int32_t> exit_layers, ExitHeadsAt heads);
   struct Pass;  // one forward pass's state: rules, active and exited tokens, the result
   Status check_partial_pass(const ForwardBatch& batch) const;
   bool is_exit_point(int32_t layer) const;
@@ -235,6 +250,7 @@ class Model {
   mutable size_t head_shard_floats_ = 0;
   std::vector<int32_t> exit_layers_;
   ExitHeads exit_heads_;  // [n_layers_loaded + 1], null where none
+  std::shared_ptr<ExitHead> lookahead_;  // null: none
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelWeights weights_;
   std::shared_ptr<Workspace> ws_;

@@ -1,5 +1,12 @@
 // Self-speculative decoding: drafts from an exit head, verified by the full model in one pass.
 // The engine and `helios generate` run the same rounds.
+//
+// Drafting at the model's depth uses its lookahead head instead (ExitHeadSet::lookahead): the pass
+// that verifies a round's draft also guesses, from each row's last-layer state, the token after the
+// one that row predicts; the guess following the last token taken is the next round's draft. A
+// round is then one full pass over the input and at most one draft, with no draft pass at all, so
+// a draft costs an LM-head product over draft_vocab rows, and the pass's second row, which on a
+// memory-bound device costs little more than the first.
 #pragma once
 
 #include <functional>
@@ -27,6 +34,12 @@ struct SpeculativeSeq {
   int32_t draft_vocab = 0;
   std::vector<TokenId> inputs;  // out: input, then the drafts
   int32_t first_row = 0;        // out: the verify row after inputs[0]; row first_row + i follows inputs[i]
+  // Lookahead drafting (draft_layer = the model's depth). In: the draft from the previous round
+  // (next_lookahead; -1: none). Any token is safe: a wrong one is rejected like any draft.
+  TokenId lookahead = -1;
+  // Out: per input, the lookahead head's guess for the token after the one its row verifies (-1:
+  // below draft_threshold, or not a lookahead round).
+  std::vector<TokenId> next_drafts;
 };
 struct SpeculativeWork {
   int64_t layer_rows = 0;
@@ -43,5 +56,9 @@ Status speculative_round(Model& model, KvCacheStorage& kv, int32_t draft_layer, 
 // confirmed.
 using TakeVerifiedRow = std::function<bool(int32_t row, TokenId* token)>;
 int32_t take_speculated(const SpeculativeSeq& seq, const TakeVerifiedRow& take);
+
+// The next round's lookahead draft after take_speculated confirmed `accepted` drafts (the last
+// row taken is the one after inputs[accepted]); -1 when there is none.
+TokenId next_lookahead(const SpeculativeSeq& seq, int32_t accepted);
 
 }  // namespace helios

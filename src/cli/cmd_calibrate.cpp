@@ -12,6 +12,13 @@
 #include "helios/calibrate.h"
 
 namespace helios::cli {
+namespace {
+
+std::string head_label(const ExitCalibration& e) {
+  return e.lookahead ? "lookahead head" : "exit " + std::to_string(e.layer);
+}
+
+}  // namespace
 
 int cmd_calibrate(int argc, char** argv) {
   Args args("calibrate",
@@ -30,6 +37,10 @@ int cmd_calibrate(int argc, char** argv) {
             "measure maps its top-1 probability to the share of calibration tokens at least that\n"
             "confident whose top-1 was the last layer's, so --threshold 0.9 means 90% of leaving\n"
             "tokens agree.\n"
+            "With --lookahead it also fits a lookahead head, the same way (ridge, --distill, --mlp-hidden),\n"
+            "on the last layer's state at each position against the model's next-token distribution one\n"
+            "position later: its top-1 guesses the token after the next one, a draft that self-speculative\n"
+            "decoding at the model's depth (--depth = the last layer) verifies in the next pass for free.\n"
             "Text: plain text (one document per paragraph) or JSON/JSONL (ShareGPT conversations,\n"
             "GSM8K question/answer, prompt/text fields).",
             "--text FILE");
@@ -56,6 +67,8 @@ int cmd_calibrate(int argc, char** argv) {
       .option("mlp-init", "HOW", "how the MLP starts: random (down = 0: the distilled head), or last-ffn: the model's "
               "own last FFN (its width; --mlp-hidden not needed) behind a ridge adapter onto the state entering the "
               "last block, i.e. the exit skips to the last block's FFN; try --mlp-lr 1e-5", "random")
+      .option("lookahead", "", "also fit a lookahead head (the token after next, from the last layer); --exits may "
+              "then be left out")
       .option("distill-rank", "R", "distillation trains ridge + diagonal + a rank-R product; 0 = the whole matrix", "32");
   args.example("helios calibrate --model models/SmolLM2-135M-Instruct.Q4_1.gguf --exits 4,8,12,16,20,24,28 \\\n"
                "      --text ../shared/data/sharegpt/mlenergy_ShareGPT_V3_filtered_1000_prompts.json")
@@ -152,7 +165,13 @@ int cmd_calibrate(int argc, char** argv) {
   auto loaded = load_model(args);
   if (!loaded.ok()) return fail("calibrate", loaded.status());
   Model& model = *loaded->model;
-  if (model.exit_layers().empty()) return usage_error("calibrate", "no exit layers: give --exits or --exit-every");
+  const bool lookahead = args.has("lookahead");
+  // --lookahead alone fits the lookahead head only, not the default exits.
+  const bool exits_given = args.has("exits") || args.str("exit-every") != "0";
+  const std::vector<int32_t> exits = lookahead && !exits_given ? std::vector<int32_t>{} : model.exit_layers();
+  if (exits.empty() && !lookahead) {
+    return usage_error("calibrate", "no exit layers: give --exits or --exit-every (or --lookahead alone)");
+  }
   if (seq_len > model.config().n_ctx_train) {
     return usage_error("calibrate", "--seq-len " + std::to_string(seq_len) + " exceeds the model's context of " +
                                         std::to_string(model.config().n_ctx_train) + " tokens");
@@ -169,10 +188,21 @@ int cmd_calibrate(int argc, char** argv) {
     std::fprintf(stderr, "calibrate: note: the text gave %lld of the %lld tokens asked for\n",
                  static_cast<long long>(n_tokens), static_cast<long long>(max_tokens));
   }
-  auto data = collect_hidden_states(model, sequences, model.exit_layers(), opt.log, opt.mlp_init == "last-ffn");
+  auto data = collect_hidden_states(model, sequences, exits, opt.log, !exits.empty() && opt.mlp_init == "last-ffn");
   if (!data.ok()) return fail("calibrate", data.status());
-  auto result = fit_exit_heads(model, *data, opt);
+  StatusOr<CalibrationResult> result = CalibrationResult{};
+  result->heads.model_name = model.config().name;
+  result->heads.n_layer = model.config().n_layer;
+  result->heads.n_embd = model.config().n_embd;
+  if (!exits.empty()) result = fit_exit_heads(model, *data, opt);
   if (!result.ok()) return fail("calibrate", result.status());
+  if (lookahead) {
+    auto ahead = fit_lookahead_head(model, *data, opt);
+    if (!ahead.ok()) return fail("calibrate", ahead.status());
+    result->heads.has_lookahead = true;
+    result->heads.lookahead = std::move(ahead->heads.heads.front());
+    result->exits.push_back(ahead->exits.front());
+  }
   if (Status s = save_exit_heads(result->heads, out_path); !s.ok()) return fail("calibrate", s);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -181,15 +211,15 @@ int cmd_calibrate(int argc, char** argv) {
   for (const auto& e : result->exits) n_identity += !e.adapter_kept;
   if (opt.distill) {
     for (const auto& e : result->exits) {
-      std::printf("exit %d: distilled in %.1f s, held-out sparse KL %.4f -> %.4f nats\n", e.layer, e.distill_seconds,
+      std::printf("%s: distilled in %.1f s, held-out sparse KL %.4f -> %.4f nats\n", head_label(e).c_str(), e.distill_seconds,
                   e.distill_kl_start, e.distill_kl_best);
     }
   }
   if (opt.mlp_hidden > 0 || opt.mlp_init == "last-ffn") {
     const int32_t width = opt.mlp_hidden > 0 ? opt.mlp_hidden : model.config().n_ff;
     for (const auto& e : result->exits) {
-      std::printf("exit %d: residual MLP (%d hidden) trained in %.1f s, held-out sparse KL %.4f -> %.4f nats\n",
-                  e.layer, width, e.mlp_seconds, e.mlp_kl_start, e.mlp_kl_best);
+      std::printf("%s: residual MLP (%d hidden) trained in %.1f s, held-out sparse KL %.4f -> %.4f nats\n",
+                  head_label(e).c_str(), width, e.mlp_seconds, e.mlp_kl_start, e.mlp_kl_best);
     }
   }
   std::printf("\n%lld calibration tokens (%lld fit, %lld held out); agreement = exit top-1 == final top-1.\n",

@@ -86,8 +86,7 @@ StatusOr<HiddenStates> collect_hidden_states(Model& model, const std::vector<std
                               " (layer " + std::to_string(c.n_layer) + " is the model's own head)");
     }
   }
-  if (out.layers.empty()) return invalid_argument("no exit layers to calibrate (give --exits or --exit-every)");
-  out.layers.push_back(c.n_layer);
+  out.layers.push_back(c.n_layer);  // no exits: the last layer alone (for a lookahead head)
   if (sequences.empty()) return invalid_argument("no calibration tokens: the text gave no sequence of 2+ tokens");
 
   size_t max_len = 0, total = 0;
@@ -475,6 +474,37 @@ StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& dat
   return result;
 }
 
+HiddenStates lookahead_states(const HiddenStates& data) {
+  const int32_t d = data.n_embd, n_layer = data.layers.back();
+  const std::vector<float>& last = data.states.back();
+  HiddenStates out;
+  out.n_embd = d;
+  out.layers = {n_layer, n_layer};
+  out.states.assign(2, {});
+  for (int64_t i = 0; i + 1 < data.n_tokens(); ++i) {
+    if (data.sequence[i] != data.sequence[i + 1]) continue;
+    out.states[0].insert(out.states[0].end(), last.begin() + i * d, last.begin() + (i + 1) * d);
+    out.states[1].insert(out.states[1].end(), last.begin() + (i + 1) * d, last.begin() + (i + 2) * d);
+    out.final_top1.push_back(data.final_top1[i + 1]);
+    out.sequence.push_back(data.sequence[i]);
+  }
+  return out;
+}
+
+StatusOr<CalibrationResult> fit_lookahead_head(Model& model, const HiddenStates& data, CalibrationOptions options) {
+  if (data.layers.empty() || data.layers.back() != model.config().n_layer) {
+    return invalid_argument("a lookahead head needs the last layer's states (collect_hidden_states)");
+  }
+  // The last FFN is no start for a head that reads the state after it.
+  if (options.mlp_init == "last-ffn") options.mlp_init = "random", options.mlp_hidden = 0;
+  if (options.head == "mlp" && options.mlp_hidden == 0) options.head = "best";
+  say(options.log, "calibrate: lookahead head: the last layer's state at t, the model's next token's distribution "
+                   "at t + 1 as its target");
+  HELIOS_ASSIGN_OR_RETURN(CalibrationResult r, fit_exit_heads(model, lookahead_states(data), options));
+  for (ExitCalibration& e : r.exits) e.lookahead = true;
+  return r;
+}
+
 std::string calibration_table(const CalibrationResult& result) {
   std::string out =
       "| layer | logit-lens agreement | ridge agreement | distilled agreement | mlp agreement | head kept "
@@ -492,8 +522,9 @@ std::string calibration_table(const CalibrationResult& result) {
         std::snprintf(curve, sizeof curve, "%.1f%% / %.1f%%", 100 * c.agreed, 100 * c.leaving);
       }
     }
-    std::snprintf(line, sizeof line, "| %d | %.1f%% | %.1f%% | %s | %s | %s | %.1f%% | %.1f%% | %.3f | %.1f%% | %s |\n",
-                  e.layer, 100 * e.lens_agreement, 100 * e.adapter_agreement, distilled, mlp, e.kept.c_str(),
+    const std::string layer = std::to_string(e.layer) + (e.lookahead ? " (lookahead: t + 2)" : "");
+    std::snprintf(line, sizeof line, "| %s | %.1f%% | %.1f%% | %s | %s | %s | %.1f%% | %.1f%% | %.3f | %.1f%% | %s |\n",
+                  layer.c_str(), 100 * e.lens_agreement, 100 * e.adapter_agreement, distilled, mlp, e.kept.c_str(),
                   100 * e.probe_accuracy, 100 * e.base_rate, e.threshold, 100 * e.coverage, curve);
     out += line;
   }

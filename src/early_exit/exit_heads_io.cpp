@@ -11,6 +11,8 @@
 // (optional: the residual MLP of an "mlp" head).
 // An absent adapter is the identity; an absent probe means the exit has none. The optional parts
 // came later: files without them still load, as heads without a threshold, kind, curve or MLP.
+// A lookahead head (helios.exits.lookahead = true) is stored as a head at layer n_layer, keys and
+// tensors named as an exit's; files without the key have none.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -47,9 +49,13 @@ std::string dims_string(const std::vector<int64_t>& dims) {
 }
 
 // What save and load both require of a head: sizes that match n_embd, a layer in range.
-Status check_head(const ExitHeadParams& head, int32_t n_layer, int32_t n_embd, const std::string& where) {
-  const std::string layer = "exit layer " + std::to_string(head.layer);
-  if (head.layer < 1 || head.layer > n_layer - 1) {
+Status check_head(const ExitHeadParams& head, int32_t n_layer, int32_t n_embd, const std::string& where,
+                  bool lookahead = false) {
+  const std::string layer = (lookahead ? "lookahead head at layer " : "exit layer ") + std::to_string(head.layer);
+  if (lookahead && head.layer != n_layer) {
+    return invalid_argument(where + layer + ": a lookahead head reads the last layer (" + std::to_string(n_layer) + ")");
+  }
+  if (!lookahead && (head.layer < 1 || head.layer > n_layer - 1)) {
     return invalid_argument(where + layer + " is out of range [1, " + std::to_string(n_layer - 1) + "]");
   }
   const size_t d = static_cast<size_t>(n_embd);
@@ -201,6 +207,16 @@ Status save_exit_heads(const ExitHeadSet& set, const std::string& path) {
                               std::to_string(head.layer) + " after " + std::to_string(layers.back()) + ")");
     }
     layers.push_back(head.layer);
+  }
+  if (set.has_lookahead) {
+    HELIOS_RETURN_IF_ERROR(check_head(set.lookahead, set.n_layer, set.n_embd, where, /*lookahead=*/true));
+    w.set_bool("helios.exits.lookahead", true);
+  }
+  std::vector<const ExitHeadParams*> to_write;
+  for (const ExitHeadParams& head : set.heads) to_write.push_back(&head);
+  if (set.has_lookahead) to_write.push_back(&set.lookahead);
+  for (const ExitHeadParams* written : to_write) {
+    const ExitHeadParams& head = *written;
     w.set_float32(head_key(head.layer, "agreement"), head.agreement);
     w.set_float32(head_key(head.layer, "probe_accuracy"), head.probe_accuracy);
     w.set_float32(head_key(head.layer, "threshold"), head.threshold);
@@ -263,6 +279,12 @@ StatusOr<ExitHeadSet> load_exit_heads(const std::string& path, const ModelConfig
   const std::vector<int64_t>* layers = file->get_int_array("helios.exits.layers");
   if (!layers) return invalid_argument(path + ": 'helios.exits.layers' is missing or not an integer array");
   std::set<std::string> known_tensors;
+  auto claim_tensors = [&](int32_t layer) {
+    for (const char* part : {"adapter.weight", "adapter.bias", "probe.weight", "probe.bias", "curve.prob",
+                             "curve.agreement", "mlp.gate", "mlp.up", "mlp.down"}) {
+      known_tensors.insert(tensor_name(layer, part));
+    }
+  };
   for (int64_t layer : *layers) {
     if (layer < 1 || layer > set.n_layer - 1) {
       return invalid_argument(path + ": exit layer " + std::to_string(layer) + " is out of range [1, " +
@@ -276,10 +298,14 @@ StatusOr<ExitHeadSet> load_exit_heads(const std::string& path, const ModelConfig
     const auto exit_layer = static_cast<int32_t>(layer);
     HELIOS_ASSIGN_OR_RETURN(ExitHeadParams head, load_head(*file, exit_layer, set.n_embd));
     set.heads.push_back(std::move(head));
-    for (const char* part : {"adapter.weight", "adapter.bias", "probe.weight", "probe.bias", "curve.prob",
-                             "curve.agreement", "mlp.gate", "mlp.up", "mlp.down"}) {
-      known_tensors.insert(tensor_name(exit_layer, part));
-    }
+    claim_tensors(exit_layer);
+  }
+  if (file->find("helios.exits.lookahead")) {
+    HELIOS_ASSIGN_OR_RETURN(set.has_lookahead, file->get_bool("helios.exits.lookahead"));
+  }
+  if (set.has_lookahead) {
+    HELIOS_ASSIGN_OR_RETURN(set.lookahead, load_head(*file, set.n_layer, set.n_embd));
+    claim_tensors(set.n_layer);
   }
   // A tensor no listed layer claims means the file and its layer list disagree.
   for (const GgufTensorInfo& t : file->tensors()) {

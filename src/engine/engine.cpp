@@ -238,7 +238,8 @@ void Engine::Impl::admit_and_abort() {
     const RequestId id = next_id++;
     id_of_client[request.client_id] = id;
     const ExitRule& rule = request.exit;
-    const int32_t lookahead = exit_policy_traits(rule.policy).drafts ? rule.draft_tokens : 0;
+    int32_t lookahead = exit_policy_traits(rule.policy).drafts ? rule.draft_tokens : 0;
+    if (lookahead > 0 && rule.depth == model.n_layers_loaded()) lookahead = 1;  // the lookahead head drafts one
     scheduler.add({id, request.prompt, request.max_tokens, lookahead});
     live[id] = std::make_unique<LiveRequest>(std::move(request), std::move(stream), model);
   }

@@ -67,6 +67,7 @@ bool Engine::Impl::run_speculative(const SchedulerOutput& out, int32_t draft_lay
     seq.n_draft = s.n_lookahead;
     seq.draft_threshold = live[s.id]->request.exit.threshold_at(draft_layer);
     seq.draft_vocab = live[s.id]->request.exit.draft_vocab;
+    seq.lookahead = live[s.id]->lookahead_draft;
     round.push_back(std::move(seq));
   }
   ForwardResult fr;
@@ -93,6 +94,7 @@ bool Engine::Impl::run_speculative(const SchedulerOutput& out, int32_t draft_lay
       return merged.finish == FinishReason::kNone && !merged.intercept;  // a pause ends the round too
     });
     scheduler.append_speculated(id, emitted);
+    r.lookahead_draft = next_lookahead(seq, accepted);
     // Every drafted input ran the whole stack once: draft blocks, then verify blocks.
     const double layers_each = static_cast<double>(seq.n_draft + 1) * model.n_layers_loaded() / emitted.size();
     for (const TokenEvent& ev : merged.tokens) count_token(ev.exit_layer, layers_each);

@@ -39,6 +39,9 @@ struct LiveRequest {
   Clock::time_point paused_at;
   int32_t n_intercepts = 0;
   int32_t n_supplied = 0;
+  // Self-speculative at the model's depth: the lookahead head's guess for the next round's draft
+  // (-1: none). A stale guess (after a preemption or a resume) only costs its rejection.
+  TokenId lookahead_draft = -1;
 
   int32_t n_generated() const { return output.n_generated(); }
   // Per token of positions [start, start + n): the layer it left at when computed before, 0 where

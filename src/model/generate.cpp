@@ -111,6 +111,7 @@ StatusOr<GenerateResult> generate(Model& model, const std::vector<TokenId>& prom
   // Decode: sample, check the stop conditions, feed the token back.
   gen.observe(fr, 0);
   bool going = gen.take(fr.row(0), fr.n_vocab, fr.row_exit_layer[0], fr.row_confidence[0]);
+  TokenId lookahead = -1;  // drafting at the model's depth: the lookahead head's last guess
   while (going) {
     const auto position = static_cast<int32_t>(gen.history().size()) - 1;
     if (rule.policy == ExitPolicy::kSelfSpeculative) {
@@ -124,15 +125,18 @@ StatusOr<GenerateResult> generate(Model& model, const std::vector<TokenId>& prom
       round[0].n_draft = n_draft;
       round[0].draft_threshold = rule.threshold_at(rule.depth);
       round[0].draft_vocab = rule.draft_vocab;
+      round[0].lookahead = lookahead;
       HELIOS_RETURN_IF_ERROR(speculative_round(model, kv, rule.depth, round, &fr, &work));
       out.decode_layer_rows += work.layer_rows;
       out.decode_head_rows += work.head_rows;
       out.drafted += round[0].n_draft;
-      out.accepted += take_speculated(round[0], [&](int32_t row, TokenId* token) {
+      const int32_t accepted = take_speculated(round[0], [&](int32_t row, TokenId* token) {
         going = gen.take(fr.row(row), fr.n_vocab, fr.row_exit_layer[row], fr.row_confidence[row]);
         *token = gen.last();
         return going;
       });
+      out.accepted += accepted;
+      lookahead = next_lookahead(round[0], accepted);
       continue;
     }
     ForwardBatch batch;

@@ -160,7 +160,7 @@ Status Model::append_layers(ModelWeights extra, const std::vector<int32_t>& exit
   const int32_t depth = n_layers_loaded() + static_cast<int32_t>(extra.layers.size());
   HELIOS_RETURN_IF_ERROR(check_new_depth(depth, n_layers_loaded(), config_.n_layer));
   // The heads first: a failure there leaves the model as it was.
-  HELIOS_ASSIGN_OR_RETURN(ExitHeads new_heads, make_exit_heads(depth, exit_layers, heads));
+  HELIOS_ASSIGN_OR_RETURN(ExitHeadsAt new_heads, make_exit_heads(depth, exit_layers, heads));
   for (LayerWeights& layer : extra.layers) weights_.layers.push_back(std::move(layer));
   weights_.n_params += extra.n_params;
   weights_.n_bytes += extra.n_bytes;
@@ -199,7 +199,7 @@ Status Model::validate(const ForwardBatch& batch, const KvCacheStorage& kv) cons
 // ---- Exits -----------------------------------------------------------------------------------
 
 Status Model::set_exits(const std::vector<int32_t>& exit_layers, const ExitHeadSet* fitted) {
-  HELIOS_ASSIGN_OR_RETURN(ExitHeads heads, make_exit_heads(n_layers_loaded(), exit_layers, fitted));
+  HELIOS_ASSIGN_OR_RETURN(ExitHeadsAt heads, make_exit_heads(n_layers_loaded(), exit_layers, fitted));
   if (ranks_) {  // every rank runs the exit heads (replicated) and must leave at the same points
     for (const auto& peer : ranks_->models) HELIOS_RETURN_IF_ERROR(peer->set_exits(exit_layers, fitted));
   }
@@ -228,10 +228,32 @@ StatusOr<std::shared_ptr<ExitMlp>> ExitMlp::upload(Backend& backend, const Resid
   return out;
 }
 
-StatusOr<Model::ExitHeads> Model::make_exit_heads(int32_t depth, const std::vector<int32_t>& exit_layers,
-                                                  const ExitHeadSet* fitted) const {
+StatusOr<std::shared_ptr<Model::ExitHead>> Model::make_exit_head(int32_t layer, const ExitHeadParams* params,
+                                                                  const std::string& name) const {
   const ModelConfig& c = config_;
-  ExitHeads heads(depth + 1);
+  auto head = std::make_shared<ExitHead>();
+  if (params) {
+    head->params = *params;
+    if (!params->adapter_weight.empty()) {
+      HELIOS_ASSIGN_OR_RETURN(head->adapter, upload_matrix(backend_, name + ".adapter", params->adapter_weight.data(),
+                                                           c.n_embd, c.n_embd));
+      head->bias = Buffer(&backend_, c.n_embd);
+      if (head->bias.empty()) return resource_exhausted("no backend memory for " + name + ".adapter");
+      backend_.upload(head->bias.data(), params->adapter_bias.data(), c.n_embd);
+    }
+    if (!params->mlp.empty()) {
+      HELIOS_ASSIGN_OR_RETURN(head->mlp, ExitMlp::upload(backend_, params->mlp, c.n_embd, name + ".mlp"));
+    }
+  }
+  head->params.layer = layer;
+  return head;
+}
+
+StatusOr<Model::ExitHeadsAt> Model::make_exit_heads(int32_t depth, const std::vector<int32_t>& exit_layers,
+                                                    const ExitHeadSet* fitted) const {
+  const ModelConfig& c = config_;
+  ExitHeadsAt out;
+  out.heads.resize(depth + 1);
   for (int32_t layer : exit_layers) {
     if (layer < 1 || layer >= depth) {
       return invalid_argument("exit layer " + std::to_string(layer) + " is outside 1.." +
@@ -243,34 +265,48 @@ StatusOr<Model::ExitHeads> Model::make_exit_heads(int32_t depth, const std::vect
   std::vector<int32_t> with_head = exit_layers;
   if (depth < c.n_layer) with_head.push_back(depth);
   for (int32_t layer : with_head) {
-    auto head = std::make_shared<ExitHead>();
-    const ExitHeadParams* params = fitted ? fitted->find(layer) : nullptr;
-    if (params) {
-      head->params = *params;
-      if (!params->adapter_weight.empty()) {
-        const std::string name = "exit." + std::to_string(layer) + ".adapter";
-        HELIOS_ASSIGN_OR_RETURN(head->adapter, upload_matrix(backend_, name, params->adapter_weight.data(),
-                                                             c.n_embd, c.n_embd));
-        head->bias = Buffer(&backend_, c.n_embd);
-        if (head->bias.empty()) return resource_exhausted("no backend memory for " + name);
-        backend_.upload(head->bias.data(), params->adapter_bias.data(), c.n_embd);
-      }
-      if (!params->mlp.empty()) {
-        HELIOS_ASSIGN_OR_RETURN(head->mlp, ExitMlp::upload(backend_, params->mlp, c.n_embd,
-                                                           "exit." + std::to_string(layer) + ".mlp"));
-      }
-    }
-    head->params.layer = layer;
-    heads[layer] = std::move(head);
+    HELIOS_ASSIGN_OR_RETURN(out.heads[layer], make_exit_head(layer, fitted ? fitted->find(layer) : nullptr,
+                                                             "exit." + std::to_string(layer)));
   }
-  return heads;
+  // The lookahead head reads the last layer of the whole model; on one rank, as its LM head runs
+  // outside the forward pass.
+  if (fitted && fitted->has_lookahead && depth == c.n_layer && shard_.world == 1) {
+    HELIOS_ASSIGN_OR_RETURN(out.lookahead, make_exit_head(c.n_layer, &fitted->lookahead, "lookahead"));
+  }
+  return out;
 }
 
-void Model::install_exits(std::vector<int32_t> exit_layers, ExitHeads heads) {
+void Model::install_exits(std::vector<int32_t> exit_layers, ExitHeadsAt heads) {
   std::sort(exit_layers.begin(), exit_layers.end());
   exit_layers.erase(std::unique(exit_layers.begin(), exit_layers.end()), exit_layers.end());
   exit_layers_ = std::move(exit_layers);
-  exit_heads_ = std::move(heads);
+  exit_heads_ = std::move(heads.heads);
+  lookahead_ = std::move(heads.lookahead);
+}
+
+StatusOr<std::vector<ExitObservation>> Model::lookahead(const float* states, int32_t n, int32_t vocab) const {
+  const ModelConfig& c = config_;
+  if (!lookahead_) return failed_precondition("the model has no lookahead head (helios calibrate --lookahead)");
+  if (vocab < 0 || vocab > c.n_vocab) return invalid_argument("lookahead vocab " + std::to_string(vocab) + " outside 0.." + std::to_string(c.n_vocab));
+  const int32_t width = vocab > 0 ? vocab : c.n_vocab;
+  std::vector<ExitObservation> out(static_cast<size_t>(std::max(n, 0)));
+  if (n <= 0) return out;
+  Buffer in(&backend_, static_cast<size_t>(n) * c.n_embd), mid(&backend_, static_cast<size_t>(n) * c.n_embd);
+  Buffer logits(&backend_, static_cast<size_t>(n) * width);
+  if (in.empty() || mid.empty() || logits.empty()) {
+    return resource_exhausted("no backend memory for the lookahead head on " + std::to_string(n) + " rows");
+  }
+  backend_.upload(in.data(), states, static_cast<size_t>(n) * c.n_embd);
+  const ExitHead& h = *lookahead_;
+  const bool adapted = h.adapter.view.data != nullptr;
+  apply_exit_head(in.data(), n, adapted ? &h.adapter.view : nullptr, adapted ? h.bias.data() : nullptr, h.mlp.get(),
+                  mid.data(), logits.data(), vocab);
+  std::vector<int32_t> top1(n);
+  std::vector<float> prob(n), margin(n), entropy(n);
+  backend_.exit_stats(logits.data(), n, width, top1.data(), prob.data(), margin.data(), entropy.data());
+  HELIOS_RETURN_IF_ERROR(backend_.error());
+  for (int32_t r = 0; r < n; ++r) out[r] = {top1[r], prob[r]};
+  return out;
 }
 
 const std::vector<int32_t>& Model::exit_layers() const { return exit_layers_; }
@@ -288,8 +324,9 @@ ExitRule Model::resolve_exit_rule(ExitRule rule) const {
     }
   }
   if (rule.depth == 0 && rule.policy == ExitPolicy::kFixedDepth) rule.depth = n_layers_loaded();
-  if (rule.depth == 0 && rule.policy == ExitPolicy::kSelfSpeculative && !exit_layers_.empty()) {
-    rule.depth = exit_layers_.front();
+  if (rule.depth == 0 && rule.policy == ExitPolicy::kSelfSpeculative) {
+    if (!exit_layers_.empty()) rule.depth = exit_layers_.front();
+    else if (lookahead_) rule.depth = n_layers_loaded();
   }
   return rule;
 }
@@ -302,6 +339,7 @@ struct ExitPointsView {
   int32_t depth = 0;
   const std::vector<int32_t>& points;
   std::function<const ExitHeadParams*(int32_t)> params;
+  bool lookahead = false;  // a lookahead head on the last layer (at `depth`)
 
   bool is_point(int32_t layer) const { return std::binary_search(points.begin(), points.end(), layer); }
   bool all_points(const std::function<bool(const ExitHeadParams&)>& has, int32_t* missing) const {
@@ -318,8 +356,9 @@ struct ExitPointsView {
 
 Status check_rule(ExitRule rule, const ExitPointsView& exits) {
   if (rule.depth == 0 && rule.policy == ExitPolicy::kFixedDepth) rule.depth = exits.depth;
-  if (rule.depth == 0 && rule.policy == ExitPolicy::kSelfSpeculative && !exits.points.empty()) {
-    rule.depth = exits.points.front();
+  if (rule.depth == 0 && rule.policy == ExitPolicy::kSelfSpeculative) {
+    if (!exits.points.empty()) rule.depth = exits.points.front();
+    else if (exits.lookahead) rule.depth = exits.depth;
   }
   const std::string name = exit_policy_name(rule.policy);
   const std::string points = exits.points.empty() ? "none are configured" : [&] {
@@ -340,7 +379,14 @@ Status check_rule(ExitRule rule, const ExitPointsView& exits) {
                               std::to_string(exits.depth) + "); got " + std::to_string(rule.depth) +
                               ", and " + points);
     case ExitPolicy::kSelfSpeculative:
-      if (!exits.is_point(rule.depth)) {
+      if (rule.depth == exits.depth && rule.depth > 0) {  // drafts with the lookahead head, one per pass
+        if (!exits.lookahead) {
+          return invalid_argument("self-speculative at the loaded depth (" + std::to_string(exits.depth) +
+                                  ") drafts with a lookahead head, and the model has none: fit one with "
+                                  "`helios calibrate --lookahead` and load the whole model on one rank, or draft at "
+                                  "an exit point (" + points + ")");
+        }
+      } else if (!exits.is_point(rule.depth)) {
         return invalid_argument("self-speculative drafts at an exit point (depth); got " +
                                 std::to_string(rule.depth) + ", and " + points);
       }
@@ -383,9 +429,11 @@ Status check_rule(ExitRule rule, const ExitPointsView& exits) {
 }  // namespace
 
 Status Model::check_exit_rule(const ExitRule& rule) const {
-  const ExitPointsView exits{n_layers_loaded(), exit_layers_, [this](int32_t l) -> const ExitHeadParams* {
+  const ExitPointsView exits{n_layers_loaded(), exit_layers_,
+                             [this](int32_t l) -> const ExitHeadParams* {
                                return exit_heads_[l] ? &exit_heads_[l]->params : nullptr;
-                             }};
+                             },
+                             lookahead_ != nullptr};
   return check_rule(rule, exits);
 }
 
@@ -394,7 +442,8 @@ Status Model::check_exit_rule_at(const ExitRule& rule, int32_t depth, const std:
   std::vector<int32_t> points = exit_layers;
   std::sort(points.begin(), points.end());
   points.erase(std::unique(points.begin(), points.end()), points.end());
-  const ExitPointsView exits{depth, points, [heads](int32_t l) { return heads ? heads->find(l) : nullptr; }};
+  const ExitPointsView exits{depth, points, [heads](int32_t l) { return heads ? heads->find(l) : nullptr; },
+                             heads && heads->has_lookahead && depth == config_.n_layer && shard_.world == 1};
   return check_rule(rule, exits);
 }
 

@@ -5,9 +5,64 @@
 #include "helios/sampler.h"
 
 namespace helios {
+namespace {
+
+// The verify pass's entry for a sequence: every input, with the full model's logits after each;
+// its rows start at `*row`, which moves past them.
+SequenceBatchEntry verify_entry(SpeculativeSeq& s, int32_t* row) {
+  SequenceBatchEntry e;
+  e.tokens = s.inputs;
+  e.start_pos = s.position;
+  e.blocks = s.table;
+  e.logits = LogitsWanted::kAll;
+  s.first_row = *row;
+  *row += static_cast<int32_t>(s.inputs.size());
+  return e;
+}
+
+// A lookahead round: each sequence's input and its pending draft in one full pass, whose rows'
+// last-layer states give the lookahead head's guesses for the next round.
+Status lookahead_round(Model& model, KvCacheStorage& kv, std::vector<SpeculativeSeq>& seqs, ForwardResult* verify,
+                       SpeculativeWork* work) {
+  const int32_t depth = model.n_layers_loaded(), n_vocab = model.config().n_vocab;
+  ForwardBatch check;
+  check.capture_layers = {depth};
+  int32_t row = 0, vocab = 0;
+  for (SpeculativeSeq& s : seqs) {
+    s.inputs = {s.input};
+    if (s.n_draft > 0 && s.lookahead >= 0 && s.lookahead < n_vocab) s.inputs.push_back(s.lookahead);
+    s.n_draft = static_cast<int32_t>(s.inputs.size()) - 1;
+    check.seqs.push_back(verify_entry(s, &row));
+    vocab = std::max(vocab, s.draft_vocab > 0 && s.draft_vocab < n_vocab ? s.draft_vocab : n_vocab);
+  }
+  HELIOS_ASSIGN_OR_RETURN(*verify, model.forward(check, kv));
+  work->layer_rows += verify->layer_rows;
+  work->head_rows += verify->head_rows;
+  const auto n_rows = static_cast<int32_t>(verify->row_seq.size());
+  HELIOS_ASSIGN_OR_RETURN(std::vector<ExitObservation> guesses,
+                          model.lookahead(verify->captured[0].data(), n_rows, vocab == n_vocab ? 0 : vocab));
+  work->head_rows += n_rows;
+  for (SpeculativeSeq& s : seqs) {
+    s.next_drafts.assign(s.inputs.size(), -1);
+    for (size_t i = 0; i < s.inputs.size(); ++i) {
+      const ExitObservation& g = guesses[static_cast<size_t>(s.first_row) + i];
+      if (meets_threshold(g.top1_prob, s.draft_threshold)) s.next_drafts[i] = g.top1;
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace
 
 Status speculative_round(Model& model, KvCacheStorage& kv, int32_t draft_layer, std::vector<SpeculativeSeq>& seqs,
                          ForwardResult* verify, SpeculativeWork* work) {
+  if (draft_layer == model.n_layers_loaded()) {
+    if (!model.has_lookahead()) {
+      return failed_precondition("drafting at the model's depth (" + std::to_string(draft_layer) +
+                                 ") needs a lookahead head (helios calibrate --lookahead)");
+    }
+    return lookahead_round(model, kv, seqs, verify, work);
+  }
   const int32_t n_embd = model.config().n_embd;
   int32_t max_draft = 0;
   std::vector<std::vector<float>> hidden(seqs.size());
@@ -62,16 +117,8 @@ Status speculative_round(Model& model, KvCacheStorage& kv, int32_t draft_layer, 
   std::vector<float> hidden_in;
   int32_t row = 0;
   for (size_t j = 0; j < seqs.size(); ++j) {
-    SpeculativeSeq& s = seqs[j];
-    SequenceBatchEntry e;
-    e.tokens = s.inputs;
-    e.start_pos = s.position;
-    e.blocks = s.table;
-    e.logits = LogitsWanted::kAll;
-    check.seqs.push_back(std::move(e));
+    check.seqs.push_back(verify_entry(seqs[j], &row));
     hidden_in.insert(hidden_in.end(), hidden[j].begin(), hidden[j].end());
-    s.first_row = row;
-    row += static_cast<int32_t>(s.inputs.size());
   }
   check.hidden_in = hidden_in.data();
   HELIOS_ASSIGN_OR_RETURN(*verify, model.forward(check, kv));
@@ -90,6 +137,10 @@ int32_t take_speculated(const SpeculativeSeq& seq, const TakeVerifiedRow& take) 
     if (!going || !draft_confirmed) break;
   }
   return confirmed;
+}
+
+TokenId next_lookahead(const SpeculativeSeq& seq, int32_t accepted) {
+  return accepted >= 0 && accepted < static_cast<int32_t>(seq.next_drafts.size()) ? seq.next_drafts[accepted] : -1;
 }
 
 }  // namespace helios

@@ -19,14 +19,14 @@ struct Served {
   std::unique_ptr<Model> model;
   std::unique_ptr<Engine> engine;
 
-  explicit Served(EngineOptions options, std::vector<int32_t> exits = {1, 2, 3}) {
+  explicit Served(EngineOptions options, std::vector<int32_t> exits = {1, 2, 3}, const ExitHeadSet* heads = nullptr) {
     auto m = Model::load(stories260k_path(), *backend);
     if (!m.ok()) {
       ADD_FAILURE() << m.status().message();
       return;
     }
     model = std::move(*m);
-    EXPECT_TRUE(model->set_exits(exits, nullptr).ok());
+    EXPECT_TRUE(model->set_exits(exits, heads).ok());
     auto e = Engine::start(*model, options, nullptr);
     EXPECT_TRUE(e.ok()) << e.status().message();
     if (e.ok()) engine = std::move(*e);
