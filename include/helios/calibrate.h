@@ -51,6 +51,7 @@ struct HiddenStates {
   std::vector<std::vector<float>> states;    // per layer: [n_tokens, n_embd], the state after it
   std::vector<int32_t> final_top1;           // [n_tokens] argmax of the model's own logits
   std::vector<int32_t> sequence;             // [n_tokens] index of the token's sequence
+  std::vector<TokenId> tokens;               // [n_tokens] the input token at each position
   // [n_tokens, n_embd]: the state entering the last block, when asked for (an MLP head started from
   // the last block's FFN fits its adapter to it); empty otherwise.
   std::vector<float> last_block_input;
@@ -148,11 +149,15 @@ struct CalibrationResult {
 StatusOr<CalibrationResult> fit_exit_heads(Model& model, const HiddenStates& data, const CalibrationOptions& options);
 
 // The lookahead head's pairs: the last layer's state at each position followed by another in its
-// sequence, and as its target that next position's state and top-1 (layers {n_layer, n_layer}).
+// sequence, and as its target that next position's state and top-1 (layers {n_layer, n_layer});
+// `tokens` holds each pair's next input (the token at t + 1).
 HiddenStates lookahead_states(const HiddenStates& data);
-// A lookahead head (ExitHeadSet::lookahead): fitted as an exit head is (ridge, distilled, a random-
-// start MLP), on the last layer's state at t against the model's distribution at t + 1, so its top-1
-// guesses the token after the next one. The result's one head is at layer n_layer.
+// A lookahead head (ExitHeadSet::lookahead) from the last layer's state h at t and the embedding e
+// of the token at t + 1, against the model's distribution at t + 1: its top-1 guesses the token
+// after that one. First a ridge map a = W h + U e + b onto the state at t + 1 (over its RMS), then,
+// on a, what an exit gets (a second ridge, distillation, an MLP, as `options` ask), folded into W,
+// U and b. The result's one head is at layer n_layer; its row's logit-lens column is the model's
+// own head at t read as a guess for t + 2, and its ridge column the better of the two ridge maps.
 StatusOr<CalibrationResult> fit_lookahead_head(Model& model, const HiddenStates& data, CalibrationOptions options);
 
 // Markdown table: layer | logit-lens agreement | adapter agreement | head kept | probe accuracy |

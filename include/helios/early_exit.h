@@ -158,6 +158,9 @@ struct ExitHeadParams {
   int32_t layer = 0;                  // reads the hidden state after this many blocks
   std::vector<float> adapter_weight;  // [n_embd, n_embd] row-major (out, in); empty: identity
   std::vector<float> adapter_bias;    // [n_embd]; empty with the identity
+  // A lookahead head's map of the next token's embedding (the token its row's logits chose),
+  // added to the adapter's output: a = W h + U e(token) + b. [n_embd, n_embd] (out, in); empty: none.
+  std::vector<float> token_weight;
   // After the adapter, optionally, a trained residual MLP (kind "mlp"): a += down(silu(gate(n)) * up(n))
   // with n = a / rms(a). Hidden width 0: none.
   ResidualMlp mlp;
@@ -185,9 +188,10 @@ struct ExitHeadSet {
   int32_t n_layer = 0;
   int32_t n_embd = 0;
   std::vector<ExitHeadParams> heads;  // by layer, ascending
-  // A lookahead head (`helios calibrate --lookahead`): on the last layer's state at position t it
-  // guesses the token after the model's next one, t + 2 — a draft the next full pass verifies
-  // (self-speculative at the model's depth). Its layer is n_layer; none when `has_lookahead` is false.
+  // A lookahead head (`helios calibrate --lookahead`): from the last layer's state at position t
+  // and the token chosen there (the input at t + 1, through its token_weight) it guesses the token
+  // after that one — a draft the next full pass verifies (self-speculative at the model's depth).
+  // Its layer is n_layer; none when `has_lookahead` is false.
   bool has_lookahead = false;
   ExitHeadParams lookahead;
 
@@ -224,6 +228,9 @@ struct AffineAdapter {
 };
 Status fit_affine_adapters(const float* x, const float* y, int64_t n, int32_t d, const std::vector<float>& ridges,
                            std::vector<AffineAdapter>* out);
+// The same from x [n, d_in] to y [n, d_out]: each w is [d_out, d_in] (out, in), b [d_out].
+Status fit_affine_maps(const float* x, int32_t d_in, const float* y, int32_t d_out, int64_t n,
+                       const std::vector<float>& ridges, std::vector<AffineAdapter>* out);
 // Logistic regression: minimises mean log-loss + l2/2 |w|^2 (b unpenalised) on features
 // x: [n, d] and labels 0/1; w: [d]. At most `iterations` Newton steps.
 Status fit_logistic_probe(const float* x, const uint8_t* labels, int64_t n, int32_t d, float l2,

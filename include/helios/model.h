@@ -149,10 +149,13 @@ class Model {
   // whole depth, on one rank): self-speculative at the loaded depth drafts with it.
   bool has_lookahead() const { return lookahead_ != nullptr; }
   // The lookahead head on n host rows of last-layer states [n, n_embd] (ForwardBatch::capture_layers
-  // at the loaded depth): per row its top-1 among the first `vocab` ids (0: all) and that token's
-  // probability, i.e. the guess for the token after the one the row's logits predict.
-  // FAILED_PRECONDITION without a lookahead head.
-  StatusOr<std::vector<ExitObservation>> lookahead(const float* states, int32_t n, int32_t vocab = 0) const;
+  // at the loaded depth) and the token each row's logits chose (the next input): per row its top-1
+  // among the first `vocab` ids (0: all) and that token's probability, i.e. the guess for the token
+  // after `tokens[r]`. FAILED_PRECONDITION without a lookahead head.
+  StatusOr<std::vector<ExitObservation>> lookahead(const float* states, const TokenId* tokens, int32_t n,
+                                                   int32_t vocab = 0) const;
+  // The token embeddings of n tokens, host [n, n_embd] (what the first block reads).
+  StatusOr<std::vector<float>> embed(const TokenId* tokens, int32_t n) const;
   // Whether the model can run the rule: its depth is an exit point or the loaded depth, a probe
   // measure has probes at every exit. INVALID_ARGUMENT saying what is missing.
   Status check_exit_rule(const ExitRule& rule) const;
@@ -200,6 +203,7 @@ class Model {
   struct ExitHead {  // one exit's adapter in backend memory, its probe on the host
     Matrix adapter;  // view.data == nullptr: the identity (logit lens)
     Buffer bias;
+    Matrix token_map;  // a lookahead head's U (ExitHeadParams::token_weight); view.data == nullptr: none
     std::shared_ptr<ExitMlp> mlp;  // null: none
     ExitHeadParams params;
   };

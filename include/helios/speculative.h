@@ -1,12 +1,12 @@
 // Self-speculative decoding: drafts from an exit head, verified by the full model in one pass.
 // The engine and `helios generate` run the same rounds.
 //
-// Drafting at the model's depth uses its lookahead head instead (ExitHeadSet::lookahead): the pass
-// that verifies a round's draft also guesses, from each row's last-layer state, the token after the
-// one that row predicts; the guess following the last token taken is the next round's draft. A
-// round is then one full pass over the input and at most one draft, with no draft pass at all, so
-// a draft costs an LM-head product over draft_vocab rows, and the pass's second row, which on a
-// memory-bound device costs little more than the first.
+// Drafting at the model's depth uses its lookahead head instead (ExitHeadSet::lookahead): after a
+// round, the head reads the last-layer state of the last row taken and the token taken from it, and
+// guesses the token after that one: the next round's draft. A round is then one full pass over the
+// input and at most one draft, with no draft pass at all, so a draft costs the head (an LM-head
+// product over draft_vocab rows) and the pass's second row, which on a memory-bound device costs
+// little more than the first.
 #pragma once
 
 #include <functional>
@@ -34,12 +34,9 @@ struct SpeculativeSeq {
   int32_t draft_vocab = 0;
   std::vector<TokenId> inputs;  // out: input, then the drafts
   int32_t first_row = 0;        // out: the verify row after inputs[0]; row first_row + i follows inputs[i]
-  // Lookahead drafting (draft_layer = the model's depth). In: the draft from the previous round
-  // (next_lookahead; -1: none). Any token is safe: a wrong one is rejected like any draft.
+  // Lookahead drafting (draft_layer = the model's depth): the draft from the previous round
+  // (lookahead_drafts; -1: none). Any token is safe: a wrong one is rejected like any draft.
   TokenId lookahead = -1;
-  // Out: per input, the lookahead head's guess for the token after the one its row verifies (-1:
-  // below draft_threshold, or not a lookahead round).
-  std::vector<TokenId> next_drafts;
 };
 struct SpeculativeWork {
   int64_t layer_rows = 0;
@@ -57,8 +54,16 @@ Status speculative_round(Model& model, KvCacheStorage& kv, int32_t draft_layer, 
 using TakeVerifiedRow = std::function<bool(int32_t row, TokenId* token)>;
 int32_t take_speculated(const SpeculativeSeq& seq, const TakeVerifiedRow& take);
 
-// The next round's lookahead draft after take_speculated confirmed `accepted` drafts (the last
-// row taken is the one after inputs[accepted]); -1 when there is none.
-TokenId next_lookahead(const SpeculativeSeq& seq, int32_t accepted);
+// After a lookahead round and take_speculated: each sequence's next draft, the lookahead head on
+// the verify row taken last (seq.first_row + the drafts confirmed) and the token taken from it. -1
+// where the head's top-1 probability is below the threshold.
+struct LookaheadFrom {
+  int32_t row = 0;         // a verify row
+  TokenId token = 0;       // the token taken from it (the next input)
+  float threshold = 0.0f;  // SpeculativeSeq::draft_threshold
+  int32_t vocab = 0;       // SpeculativeSeq::draft_vocab; the head runs over the widest of them
+};
+StatusOr<std::vector<TokenId>> lookahead_drafts(const Model& model, const ForwardResult& verify,
+                                                const std::vector<LookaheadFrom>& from, SpeculativeWork* work);
 
 }  // namespace helios

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include <cblas.h>
+
 #include "helios/distill.h"
 #include "helios/sampler.h"
 #include "helios/teacher_forced.h"
@@ -117,6 +119,7 @@ StatusOr<HiddenStates> collect_hidden_states(Model& model, const std::vector<std
       out.final_top1.push_back(argmax(fr.row(r), fr.n_vocab));
       out.sequence.push_back(static_cast<int32_t>(s));
     }
+    out.tokens.insert(out.tokens.end(), sequences[s].begin(), sequences[s].end());
     for (size_t i = 0; i < out.layers.size(); ++i) {
       out.states[i].insert(out.states[i].end(), fr.captured[i].begin(), fr.captured[i].end());
     }
@@ -487,21 +490,111 @@ HiddenStates lookahead_states(const HiddenStates& data) {
     out.states[1].insert(out.states[1].end(), last.begin() + (i + 1) * d, last.begin() + (i + 2) * d);
     out.final_top1.push_back(data.final_top1[i + 1]);
     out.sequence.push_back(data.sequence[i]);
+    if (!data.tokens.empty()) out.tokens.push_back(data.tokens[i + 1]);
   }
   return out;
 }
 
 StatusOr<CalibrationResult> fit_lookahead_head(Model& model, const HiddenStates& data, CalibrationOptions options) {
-  if (data.layers.empty() || data.layers.back() != model.config().n_layer) {
-    return invalid_argument("a lookahead head needs the last layer's states (collect_hidden_states)");
+  const ModelConfig& c = model.config();
+  const int32_t d = c.n_embd;
+  if (data.layers.empty() || data.layers.back() != c.n_layer || data.tokens.size() != data.final_top1.size()) {
+    return invalid_argument("a lookahead head needs the last layer's states and the tokens (collect_hidden_states)");
   }
   // The last FFN is no start for a head that reads the state after it.
   if (options.mlp_init == "last-ffn") options.mlp_init = "random", options.mlp_hidden = 0;
   if (options.head == "mlp" && options.mlp_hidden == 0) options.head = "best";
-  say(options.log, "calibrate: lookahead head: the last layer's state at t, the model's next token's distribution "
-                   "at t + 1 as its target");
-  HELIOS_ASSIGN_OR_RETURN(CalibrationResult r, fit_exit_heads(model, lookahead_states(data), options));
-  for (ExitCalibration& e : r.exits) e.lookahead = true;
+  say(options.log, "calibrate: lookahead head: from the last layer's state at t and the token at t + 1, the model's "
+                   "distribution at t + 1 as its target");
+  const auto t0 = Clock::now();
+  HiddenStates pairs = lookahead_states(data);
+  const int64_t n = pairs.n_tokens();
+  const int32_t k = options.held_out_every;
+  if (n < 2 * k || k < 2) return invalid_argument("too few calibration tokens for a lookahead head (" + std::to_string(n) + " pairs)");
+  HELIOS_ASSIGN_OR_RETURN(std::vector<float> e, model.embed(pairs.tokens.data(), static_cast<int32_t>(n)));
+
+  // The ridge map's input [h, s e]: s brings the embeddings to the states' scale, so that one
+  // penalty suits both halves (U is stored times s).
+  std::vector<float> h_rms, e_rms;
+  std::vector<float> h_normed = pairs.states[0], e_normed = e;
+  divide_rows_by_rms(h_normed.data(), n, d, c.rms_eps, &h_rms);
+  divide_rows_by_rms(e_normed.data(), n, d, c.rms_eps, &e_rms);
+  std::nth_element(h_rms.begin(), h_rms.begin() + n / 2, h_rms.end());
+  std::nth_element(e_rms.begin(), e_rms.begin() + n / 2, e_rms.end());
+  const float scale = e_rms[n / 2] > 0 ? h_rms[n / 2] / e_rms[n / 2] : 1.0f;
+  // Fit rows as fit_exit_heads splits them (whole sequences held out).
+  const int32_t n_sequences = pairs.sequence.empty() ? 0 : pairs.sequence.back() + 1;
+  std::vector<float> x_fit, y_fit;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool held = n_sequences >= k ? pairs.sequence[i] % k == k - 1 : i % k == k - 1;
+    if (held) continue;
+    const float* h = pairs.states[0].data() + i * d;
+    const float* ei = e.data() + i * d;
+    x_fit.insert(x_fit.end(), h, h + d);
+    for (int32_t j = 0; j < d; ++j) x_fit.push_back(scale * ei[j]);
+    y_fit.insert(y_fit.end(), pairs.states[1].begin() + i * d, pairs.states[1].begin() + (i + 1) * d);
+  }
+  const int64_t n_fit = static_cast<int64_t>(y_fit.size()) / d;
+  divide_rows_by_rms(y_fit.data(), n_fit, d, c.rms_eps);
+  std::vector<AffineAdapter> maps;
+  HELIOS_RETURN_IF_ERROR(fit_affine_maps(x_fit.data(), 2 * d, y_fit.data(), d, n_fit, {1e-4f}, &maps));
+  x_fit = {};
+  // W [d, d] and U [d, d] out of the [d, 2d] map.
+  const AffineAdapter& map = maps[0];
+  std::vector<float> w(static_cast<size_t>(d) * d), u(static_cast<size_t>(d) * d);
+  for (int32_t o = 0; o < d; ++o) {
+    const float* row = map.w.data() + static_cast<size_t>(o) * 2 * d;
+    std::copy_n(row, d, w.data() + static_cast<size_t>(o) * d);
+    for (int32_t j = 0; j < d; ++j) u[static_cast<size_t>(o) * d + j] = row[d + j] * scale;
+  }
+  say(options.log, fmt("calibrate: lookahead head: ridge map of state and token (embeddings x %.1f) in %.1f s", scale,
+                       seconds_since(t0)));
+
+  // What an exit gets, on a = W h + U e + b as its "state".
+  HiddenStates on_map = pairs;
+  affine_rows(pairs.states[0].data(), n, d, w, map.b, &on_map.states[0]);
+  std::vector<float> ue;
+  affine_rows(e.data(), n, d, u, std::vector<float>(d, 0.0f), &ue);
+  for (size_t i = 0; i < ue.size(); ++i) on_map.states[0][i] += ue[i];
+  HELIOS_ASSIGN_OR_RETURN(CalibrationResult r, fit_exit_heads(model, on_map, options));
+  ExitHeadParams& head = r.heads.heads.at(0);
+  ExitCalibration& cal = r.exits.at(0);
+  // Fold the exit's adapter (W2, b2) into the map: W2 (W h + U e + b) + b2.
+  if (head.adapter_weight.empty()) {
+    head.adapter_weight = std::move(w);
+    head.adapter_bias = map.b;
+    head.token_weight = std::move(u);
+  } else {
+    const std::vector<float>& w2 = head.adapter_weight;
+    std::vector<float> w_out(static_cast<size_t>(d) * d), u_out(static_cast<size_t>(d) * d), b_out;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d, d, d, 1.0f, w2.data(), d, w.data(), d, 0.0f,
+                w_out.data(), d);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d, d, d, 1.0f, w2.data(), d, u.data(), d, 0.0f,
+                u_out.data(), d);
+    affine_rows(map.b.data(), 1, d, w2, head.adapter_bias, &b_out);
+    head.adapter_weight = std::move(w_out);
+    head.adapter_bias = std::move(b_out);
+    head.token_weight = std::move(u_out);
+  }
+  head.probe_weight.clear();  // fitted on a, not on h: drafting reads top-1 probabilities only
+  head.probe_bias = 0;
+  if (cal.kept == "identity") cal.kept = "ridge";
+  // The table's columns for this row: the model's own head at t, and the better ridge map.
+  std::vector<int64_t> held;
+  std::vector<int32_t> held_top1;
+  std::vector<float> h_held;
+  for (int64_t i = 0; i < n; ++i) {
+    if (n_sequences >= k ? pairs.sequence[i] % k == k - 1 : i % k == k - 1) {
+      held.push_back(static_cast<int64_t>(held_top1.size()));
+      held_top1.push_back(pairs.final_top1[i]);
+      h_held.insert(h_held.end(), pairs.states[0].begin() + i * d, pairs.states[0].begin() + (i + 1) * d);
+    }
+  }
+  HELIOS_ASSIGN_OR_RETURN(auto own, exit_head_top1(model, h_held.data(), static_cast<int64_t>(held.size()), {}, {}));
+  cal.adapter_agreement = std::max(cal.adapter_agreement, cal.lens_agreement);
+  cal.lens_agreement = agreement(own, held_top1, held);
+  cal.lookahead = true;
+  cal.probe_accuracy = 0;
   return r;
 }
 

@@ -12,7 +12,8 @@
 // An absent adapter is the identity; an absent probe means the exit has none. The optional parts
 // came later: files without them still load, as heads without a threshold, kind, curve or MLP.
 // A lookahead head (helios.exits.lookahead = true) is stored as a head at layer n_layer, keys and
-// tensors named as an exit's; files without the key have none.
+// tensors named as an exit's, with exit.<n_layer>.token.weight [n_embd in, n_embd out] (optional);
+// files without the key have none.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -79,6 +80,10 @@ Status check_head(const ExitHeadParams& head, int32_t n_layer, int32_t n_embd, c
                             std::to_string(mlp.down.size()) + " down weights, expected " + std::to_string(h * d) +
                             " each");
   }
+  if (!head.token_weight.empty() && (!lookahead || head.token_weight.size() != d * d)) {
+    return invalid_argument(where + layer + ": a token map belongs to a lookahead head and is [n_embd, n_embd] (" +
+                            std::to_string(d * d) + " weights), got " + std::to_string(head.token_weight.size()));
+  }
   if (!head.probe_weight.empty() && head.probe_weight.size() != d) {
     return invalid_argument(where + layer + ": probe has " + std::to_string(head.probe_weight.size()) +
                             " weights, expected " + std::to_string(d));
@@ -127,6 +132,9 @@ StatusOr<ExitHeadParams> load_head(const GgufFile& file, int32_t layer, int32_t 
   HELIOS_RETURN_IF_ERROR(read_pair(file, tensor_name(layer, "adapter.weight"), {d, d}, &head.adapter_weight,
                                    tensor_name(layer, "adapter.bias"), {d}, &head.adapter_bias)
                              .status());
+  if (file.find_tensor(tensor_name(layer, "token.weight"))) {
+    HELIOS_ASSIGN_OR_RETURN(head.token_weight, read_f32(file, tensor_name(layer, "token.weight"), {d, d}));
+  }
   std::vector<float> probe_bias;
   HELIOS_ASSIGN_OR_RETURN(bool has_probe,
                           read_pair(file, tensor_name(layer, "probe.weight"), {d}, &head.probe_weight,
@@ -228,6 +236,10 @@ Status save_exit_heads(const ExitHeadSet& set, const std::string& path) {
       HELIOS_RETURN_IF_ERROR(w.add_tensor(tensor_name(head.layer, "adapter.bias"), TensorType::kF32, {d},
                                           f32_bytes(head.adapter_bias)));
     }
+    if (!head.token_weight.empty()) {
+      HELIOS_RETURN_IF_ERROR(w.add_tensor(tensor_name(head.layer, "token.weight"), TensorType::kF32, {d, d},
+                                          f32_bytes(head.token_weight)));
+    }
     if (!head.probe_weight.empty()) {
       HELIOS_RETURN_IF_ERROR(w.add_tensor(tensor_name(head.layer, "probe.weight"), TensorType::kF32, {d},
                                           f32_bytes(head.probe_weight)));
@@ -306,6 +318,7 @@ StatusOr<ExitHeadSet> load_exit_heads(const std::string& path, const ModelConfig
   if (set.has_lookahead) {
     HELIOS_ASSIGN_OR_RETURN(set.lookahead, load_head(*file, set.n_layer, set.n_embd));
     claim_tensors(set.n_layer);
+    known_tensors.insert(tensor_name(set.n_layer, "token.weight"));
   }
   // A tensor no listed layer claims means the file and its layer list disagree.
   for (const GgufTensorInfo& t : file->tensors()) {

@@ -159,68 +159,69 @@ struct LogisticProblem {
 
 }  // namespace
 
-Status fit_affine_adapters(const float* x, const float* y, int64_t n, int32_t d, const std::vector<float>& ridges,
-                           std::vector<AffineAdapter>* out) {
+Status fit_affine_maps(const float* x, int32_t d_in, const float* y, int32_t d_out, int64_t n,
+                       const std::vector<float>& ridges, std::vector<AffineAdapter>* out) {
   if (n < 2) return invalid_argument("fit_affine_adapter: needs at least 2 samples (got " + std::to_string(n) + ")");
-  if (d <= 0) return invalid_argument("fit_affine_adapter: dimension must be > 0 (got " + std::to_string(d) + ")");
+  if (d_in <= 0 || d_out <= 0) {
+    return invalid_argument("fit_affine_adapter: dimensions must be > 0 (got " + std::to_string(d_in) + " in, " +
+                            std::to_string(d_out) + " out)");
+  }
   if (ridges.empty()) return invalid_argument("fit_affine_adapter: no ridge penalty given");
   for (float ridge : ridges) {
     if (!(ridge >= 0) || !std::isfinite(ridge)) {
       return invalid_argument("fit_affine_adapter: ridge must be finite and >= 0 (got " + std::to_string(ridge) + ")");
     }
   }
-  HELIOS_RETURN_IF_ERROR(check_finite(x, n * d, "fit_affine_adapter: inputs x"));
-  HELIOS_RETURN_IF_ERROR(check_finite(y, n * d, "fit_affine_adapter: targets y"));
+  HELIOS_RETURN_IF_ERROR(check_finite(x, n * d_in, "fit_affine_adapter: inputs x"));
+  HELIOS_RETURN_IF_ERROR(check_finite(y, n * d_out, "fit_affine_adapter: targets y"));
 
   // Centring removes the bias from the solve: W from the centred data, then b = ȳ - W x̄. The
   // sums are formed once and solved for every penalty.
-  const std::vector<double> mean_x = column_means(x, n, d);
-  const std::vector<double> mean_y = column_means(y, n, d);
-  const size_t dd = static_cast<size_t>(d) * d;
-  std::vector<double> gram(dd, 0.0);   // Xc^T Xc [d, d], lower triangle
-  std::vector<double> cross(dd, 0.0);  // Xc^T Yc [d in, d out]
-  std::vector<double> xc(static_cast<size_t>(kChunkRows) * d);
-  std::vector<double> yc(static_cast<size_t>(kChunkRows) * d);
+  const std::vector<double> mean_x = column_means(x, n, d_in);
+  const std::vector<double> mean_y = column_means(y, n, d_out);
+  const size_t ii = static_cast<size_t>(d_in) * d_in, io = static_cast<size_t>(d_in) * d_out;
+  std::vector<double> gram(ii, 0.0);   // Xc^T Xc [d_in, d_in], lower triangle
+  std::vector<double> cross(io, 0.0);  // Xc^T Yc [d_in, d_out]
+  std::vector<double> xc(static_cast<size_t>(kChunkRows) * d_in);
+  std::vector<double> yc(static_cast<size_t>(kChunkRows) * d_out);
   for (int64_t start = 0; start < n; start += kChunkRows) {
     const int64_t n_rows = std::min(kChunkRows, n - start);
     for (int64_t r = 0; r < n_rows; ++r) {
-      const float* x_row = x + (start + r) * d;
-      const float* y_row = y + (start + r) * d;
-      for (int32_t j = 0; j < d; ++j) {
-        xc[static_cast<size_t>(r) * d + j] = x_row[j] - mean_x[j];
-        yc[static_cast<size_t>(r) * d + j] = y_row[j] - mean_y[j];
-      }
+      const float* x_row = x + (start + r) * d_in;
+      const float* y_row = y + (start + r) * d_out;
+      for (int32_t j = 0; j < d_in; ++j) xc[static_cast<size_t>(r) * d_in + j] = x_row[j] - mean_x[j];
+      for (int32_t j = 0; j < d_out; ++j) yc[static_cast<size_t>(r) * d_out + j] = y_row[j] - mean_y[j];
     }
     const int rows = static_cast<int>(n_rows);
-    cblas_dsyrk(CblasRowMajor, CblasLower, CblasTrans, d, rows, 1.0, xc.data(), d, 1.0, gram.data(), d);
-    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, d, rows, 1.0, xc.data(), d, yc.data(), d, 1.0,
-                cross.data(), d);
+    cblas_dsyrk(CblasRowMajor, CblasLower, CblasTrans, d_in, rows, 1.0, xc.data(), d_in, 1.0, gram.data(), d_in);
+    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d_in, d_out, rows, 1.0, xc.data(), d_in, yc.data(), d_out,
+                1.0, cross.data(), d_out);
   }
-  // The penalty in units of the inputs' mean variance times n (trace(Xc^T Xc) / d), so that one
+  // The penalty in units of the inputs' mean variance times n (trace(Xc^T Xc) / d_in), so that one
   // ridge means the same at any number of tokens and at any scale of the hidden states.
   double trace = 0;
-  for (int32_t j = 0; j < d; ++j) trace += gram[static_cast<size_t>(j) * d + j];
-  const double unit = trace > 0 ? trace / d : static_cast<double>(n);
+  for (int32_t j = 0; j < d_in; ++j) trace += gram[static_cast<size_t>(j) * d_in + j];
+  const double unit = trace > 0 ? trace / d_in : static_cast<double>(n);
   // A penalty too small for (nearly) collinear inputs is skipped; an error only when none is left.
   out->clear();
   float failed = -1;
   for (float ridge : ridges) {
     std::vector<double> factor = gram, solved = cross;
-    for (int32_t j = 0; j < d; ++j) factor[static_cast<size_t>(j) * d + j] += static_cast<double>(ridge) * unit;
-    if (!cholesky_in_place(factor, d)) {
+    for (int32_t j = 0; j < d_in; ++j) factor[static_cast<size_t>(j) * d_in + j] += static_cast<double>(ridge) * unit;
+    if (!cholesky_in_place(factor, d_in)) {
       failed = std::max(failed, ridge);
       continue;
     }
-    cholesky_solve(factor, d, solved.data(), d);  // solved holds W^T [in, out]
+    cholesky_solve(factor, d_in, solved.data(), d_out);  // solved holds W^T [in, out]
     AffineAdapter a;
     a.ridge = ridge;
-    a.w.assign(dd, 0.0f);
-    a.b.assign(d, 0.0f);
-    for (int32_t o = 0; o < d; ++o) {
+    a.w.assign(io, 0.0f);
+    a.b.assign(d_out, 0.0f);
+    for (int32_t o = 0; o < d_out; ++o) {
       double bias = mean_y[o];
-      for (int32_t in = 0; in < d; ++in) {
-        const double weight = solved[static_cast<size_t>(in) * d + o];
-        a.w[static_cast<size_t>(o) * d + in] = static_cast<float>(weight);
+      for (int32_t in = 0; in < d_in; ++in) {
+        const double weight = solved[static_cast<size_t>(in) * d_out + o];
+        a.w[static_cast<size_t>(o) * d_in + in] = static_cast<float>(weight);
         bias -= weight * mean_x[in];
       }
       a.b[o] = static_cast<float>(bias);
@@ -229,10 +230,15 @@ Status fit_affine_adapters(const float* x, const float* y, int64_t n, int32_t d,
   }
   if (out->empty()) {
     return invalid_argument("fit_affine_adapter: X^T X + ridge*I is not positive definite (n " + std::to_string(n) +
-                            ", d " + std::to_string(d) + ", ridge " + std::to_string(failed) +
+                            ", d " + std::to_string(d_in) + ", ridge " + std::to_string(failed) +
                             "): the inputs are (nearly) collinear; use a larger ridge");
   }
   return ok_status();
+}
+
+Status fit_affine_adapters(const float* x, const float* y, int64_t n, int32_t d, const std::vector<float>& ridges,
+                           std::vector<AffineAdapter>* out) {
+  return fit_affine_maps(x, d, y, d, n, ridges, out);
 }
 
 Status fit_affine_adapter(const float* x, const float* y, int64_t n, int32_t d, float ridge,

@@ -76,6 +76,10 @@ bool Engine::Impl::run_speculative(const SchedulerOutput& out, int32_t draft_lay
     fault(st);
     return false;
   }
+  // Drafting with the lookahead head: the next drafts of the requests that go on, from their rows taken last.
+  const bool drafts_ahead = draft_layer == model.n_layers_loaded();
+  std::vector<RequestId> ahead_ids;
+  std::vector<LookaheadFrom> ahead_from;
   for (size_t j = 0; j < members.size(); ++j) {
     const RequestId id = out.seqs[members[j]].id;
     const SpeculativeSeq& seq = round[j];
@@ -94,7 +98,10 @@ bool Engine::Impl::run_speculative(const SchedulerOutput& out, int32_t draft_lay
       return merged.finish == FinishReason::kNone && !merged.intercept;  // a pause ends the round too
     });
     scheduler.append_speculated(id, emitted);
-    r.lookahead_draft = next_lookahead(seq, accepted);
+    if (drafts_ahead && merged.finish == FinishReason::kNone && !merged.intercept) {
+      ahead_ids.push_back(id);
+      ahead_from.push_back({seq.first_row + accepted, emitted.back(), seq.draft_threshold, seq.draft_vocab});
+    }
     // Every drafted input ran the whole stack once: draft blocks, then verify blocks.
     const double layers_each = static_cast<double>(seq.n_draft + 1) * model.n_layers_loaded() / emitted.size();
     for (const TokenEvent& ev : merged.tokens) count_token(ev.exit_layer, layers_each);
@@ -111,6 +118,14 @@ bool Engine::Impl::run_speculative(const SchedulerOutput& out, int32_t draft_lay
     } else {
       r.stream->push(std::move(merged));
     }
+  }
+  if (!ahead_from.empty()) {
+    auto next = lookahead_drafts(model, fr, ahead_from, &work);
+    if (!next.ok()) {
+      fault(next.status());
+      return false;
+    }
+    for (size_t k = 0; k < ahead_ids.size(); ++k) live[ahead_ids[k]]->lookahead_draft = (*next)[k];
   }
   return true;
 }

@@ -127,8 +127,6 @@ StatusOr<GenerateResult> generate(Model& model, const std::vector<TokenId>& prom
       round[0].draft_vocab = rule.draft_vocab;
       round[0].lookahead = lookahead;
       HELIOS_RETURN_IF_ERROR(speculative_round(model, kv, rule.depth, round, &fr, &work));
-      out.decode_layer_rows += work.layer_rows;
-      out.decode_head_rows += work.head_rows;
       out.drafted += round[0].n_draft;
       const int32_t accepted = take_speculated(round[0], [&](int32_t row, TokenId* token) {
         going = gen.take(fr.row(row), fr.n_vocab, fr.row_exit_layer[row], fr.row_confidence[row]);
@@ -136,7 +134,13 @@ StatusOr<GenerateResult> generate(Model& model, const std::vector<TokenId>& prom
         return going;
       });
       out.accepted += accepted;
-      lookahead = next_lookahead(round[0], accepted);
+      if (going && rule.depth == model.n_layers_loaded()) {  // the next draft, from the row taken last
+        const LookaheadFrom from{round[0].first_row + accepted, gen.last(), round[0].draft_threshold, rule.draft_vocab};
+        HELIOS_ASSIGN_OR_RETURN(std::vector<TokenId> next, lookahead_drafts(model, fr, {from}, &work));
+        lookahead = next[0];
+      }
+      out.decode_layer_rows += work.layer_rows;
+      out.decode_head_rows += work.head_rows;
       continue;
     }
     ForwardBatch batch;

@@ -241,6 +241,10 @@ StatusOr<std::shared_ptr<Model::ExitHead>> Model::make_exit_head(int32_t layer, 
       if (head->bias.empty()) return resource_exhausted("no backend memory for " + name + ".adapter");
       backend_.upload(head->bias.data(), params->adapter_bias.data(), c.n_embd);
     }
+    if (!params->token_weight.empty()) {
+      HELIOS_ASSIGN_OR_RETURN(head->token_map, upload_matrix(backend_, name + ".token", params->token_weight.data(),
+                                                             c.n_embd, c.n_embd));
+    }
     if (!params->mlp.empty()) {
       HELIOS_ASSIGN_OR_RETURN(head->mlp, ExitMlp::upload(backend_, params->mlp, c.n_embd, name + ".mlp"));
     }
@@ -284,23 +288,57 @@ void Model::install_exits(std::vector<int32_t> exit_layers, ExitHeadsAt heads) {
   lookahead_ = std::move(heads.lookahead);
 }
 
-StatusOr<std::vector<ExitObservation>> Model::lookahead(const float* states, int32_t n, int32_t vocab) const {
+StatusOr<std::vector<float>> Model::embed(const TokenId* tokens, int32_t n) const {
+  const ModelConfig& c = config_;
+  std::vector<float> out(static_cast<size_t>(std::max(n, 0)) * c.n_embd);
+  if (n <= 0) return out;
+  for (int32_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= c.n_vocab) {
+      return invalid_argument("token id " + std::to_string(tokens[i]) + " outside the vocabulary (0.." +
+                              std::to_string(c.n_vocab - 1) + ")");
+    }
+  }
+  Buffer rows(&backend_, out.size());
+  if (rows.empty()) return resource_exhausted("no backend memory for " + std::to_string(n) + " embeddings");
+  backend_.embedding_rows(tokens, n, weights_.tok_embd.view, rows.data());
+  backend_.download(out.data(), rows.data(), out.size());
+  HELIOS_RETURN_IF_ERROR(backend_.error());
+  return out;
+}
+
+StatusOr<std::vector<ExitObservation>> Model::lookahead(const float* states, const TokenId* tokens, int32_t n,
+                                                        int32_t vocab) const {
   const ModelConfig& c = config_;
   if (!lookahead_) return failed_precondition("the model has no lookahead head (helios calibrate --lookahead)");
-  if (vocab < 0 || vocab > c.n_vocab) return invalid_argument("lookahead vocab " + std::to_string(vocab) + " outside 0.." + std::to_string(c.n_vocab));
+  if (vocab < 0 || vocab > c.n_vocab) {
+    return invalid_argument("lookahead vocab " + std::to_string(vocab) + " outside 0.." + std::to_string(c.n_vocab));
+  }
   const int32_t width = vocab > 0 ? vocab : c.n_vocab;
   std::vector<ExitObservation> out(static_cast<size_t>(std::max(n, 0)));
   if (n <= 0) return out;
-  Buffer in(&backend_, static_cast<size_t>(n) * c.n_embd), mid(&backend_, static_cast<size_t>(n) * c.n_embd);
-  Buffer logits(&backend_, static_cast<size_t>(n) * width);
-  if (in.empty() || mid.empty() || logits.empty()) {
+  const ExitHead& h = *lookahead_;
+  const bool adapted = h.adapter.view.data != nullptr, token_mapped = h.token_map.view.data != nullptr;
+  const size_t rows_size = static_cast<size_t>(n) * c.n_embd;
+  Buffer in(&backend_, rows_size), a(&backend_, rows_size), scratch(&backend_, rows_size);
+  Buffer logits(&backend_, static_cast<size_t>(n) * std::max(width, c.n_embd));
+  if (in.empty() || a.empty() || scratch.empty() || logits.empty()) {
     return resource_exhausted("no backend memory for the lookahead head on " + std::to_string(n) + " rows");
   }
-  backend_.upload(in.data(), states, static_cast<size_t>(n) * c.n_embd);
-  const ExitHead& h = *lookahead_;
-  const bool adapted = h.adapter.view.data != nullptr;
-  apply_exit_head(in.data(), n, adapted ? &h.adapter.view : nullptr, adapted ? h.bias.data() : nullptr, h.mlp.get(),
-                  mid.data(), logits.data(), vocab);
+  // a = W h + b + U e(token), then the head's MLP, final norm and LM head.
+  backend_.upload(in.data(), states, rows_size);
+  float* head_in = in.data();
+  if (adapted) {
+    backend_.matmul(in.data(), h.adapter.view, n, a.data());
+    for (int32_t r = 0; r < n; ++r) backend_.add(a.data() + static_cast<int64_t>(r) * c.n_embd, h.bias.data(), c.n_embd);
+    head_in = a.data();
+  }
+  if (token_mapped) {
+    HELIOS_ASSIGN_OR_RETURN(std::vector<float> e, embed(tokens, n));
+    backend_.upload(scratch.data(), e.data(), rows_size);
+    backend_.matmul(scratch.data(), h.token_map.view, n, logits.data());  // U e, in the logits' room
+    backend_.add(head_in, logits.data(), static_cast<int64_t>(rows_size));
+  }
+  apply_exit_head(head_in, n, nullptr, nullptr, h.mlp.get(), scratch.data(), logits.data(), vocab);
   std::vector<int32_t> top1(n);
   std::vector<float> prob(n), margin(n), entropy(n);
   backend_.exit_stats(logits.data(), n, width, top1.data(), prob.data(), margin.data(), entropy.data());

@@ -20,35 +20,23 @@ SequenceBatchEntry verify_entry(SpeculativeSeq& s, int32_t* row) {
   return e;
 }
 
-// A lookahead round: each sequence's input and its pending draft in one full pass, whose rows'
-// last-layer states give the lookahead head's guesses for the next round.
+// A lookahead round: each sequence's input and its pending draft in one full pass, keeping the
+// rows' last-layer states for lookahead_drafts.
 Status lookahead_round(Model& model, KvCacheStorage& kv, std::vector<SpeculativeSeq>& seqs, ForwardResult* verify,
                        SpeculativeWork* work) {
-  const int32_t depth = model.n_layers_loaded(), n_vocab = model.config().n_vocab;
+  const int32_t n_vocab = model.config().n_vocab;
   ForwardBatch check;
-  check.capture_layers = {depth};
-  int32_t row = 0, vocab = 0;
+  check.capture_layers = {model.n_layers_loaded()};
+  int32_t row = 0;
   for (SpeculativeSeq& s : seqs) {
     s.inputs = {s.input};
     if (s.n_draft > 0 && s.lookahead >= 0 && s.lookahead < n_vocab) s.inputs.push_back(s.lookahead);
     s.n_draft = static_cast<int32_t>(s.inputs.size()) - 1;
     check.seqs.push_back(verify_entry(s, &row));
-    vocab = std::max(vocab, s.draft_vocab > 0 && s.draft_vocab < n_vocab ? s.draft_vocab : n_vocab);
   }
   HELIOS_ASSIGN_OR_RETURN(*verify, model.forward(check, kv));
   work->layer_rows += verify->layer_rows;
   work->head_rows += verify->head_rows;
-  const auto n_rows = static_cast<int32_t>(verify->row_seq.size());
-  HELIOS_ASSIGN_OR_RETURN(std::vector<ExitObservation> guesses,
-                          model.lookahead(verify->captured[0].data(), n_rows, vocab == n_vocab ? 0 : vocab));
-  work->head_rows += n_rows;
-  for (SpeculativeSeq& s : seqs) {
-    s.next_drafts.assign(s.inputs.size(), -1);
-    for (size_t i = 0; i < s.inputs.size(); ++i) {
-      const ExitObservation& g = guesses[static_cast<size_t>(s.first_row) + i];
-      if (meets_threshold(g.top1_prob, s.draft_threshold)) s.next_drafts[i] = g.top1;
-    }
-  }
   return ok_status();
 }
 
@@ -139,8 +127,33 @@ int32_t take_speculated(const SpeculativeSeq& seq, const TakeVerifiedRow& take) 
   return confirmed;
 }
 
-TokenId next_lookahead(const SpeculativeSeq& seq, int32_t accepted) {
-  return accepted >= 0 && accepted < static_cast<int32_t>(seq.next_drafts.size()) ? seq.next_drafts[accepted] : -1;
+StatusOr<std::vector<TokenId>> lookahead_drafts(const Model& model, const ForwardResult& verify,
+                                                const std::vector<LookaheadFrom>& from, SpeculativeWork* work) {
+  const int32_t n_embd = model.config().n_embd, n_vocab = model.config().n_vocab;
+  if (verify.captured.size() != 1) return invalid_argument("lookahead_drafts needs a lookahead round's verify pass");
+  const auto n_rows = static_cast<int32_t>(verify.row_seq.size());
+  std::vector<float> states;
+  std::vector<TokenId> tokens;
+  int32_t vocab = 0;
+  for (const LookaheadFrom& f : from) {
+    if (f.row < 0 || f.row >= n_rows) {
+      return invalid_argument("lookahead_drafts: row " + std::to_string(f.row) + " outside the pass's " +
+                              std::to_string(n_rows));
+    }
+    const float* state = verify.captured[0].data() + static_cast<size_t>(f.row) * n_embd;
+    states.insert(states.end(), state, state + n_embd);
+    tokens.push_back(f.token);
+    vocab = std::max(vocab, f.vocab > 0 && f.vocab < n_vocab ? f.vocab : n_vocab);
+  }
+  const auto n = static_cast<int32_t>(from.size());
+  HELIOS_ASSIGN_OR_RETURN(std::vector<ExitObservation> guesses,
+                          model.lookahead(states.data(), tokens.data(), n, vocab == n_vocab ? 0 : vocab));
+  work->head_rows += n;
+  std::vector<TokenId> drafts(from.size(), -1);
+  for (size_t i = 0; i < from.size(); ++i) {
+    if (meets_threshold(guesses[i].top1_prob, from[i].threshold)) drafts[i] = guesses[i].top1;
+  }
+  return drafts;
 }
 
 }  // namespace helios

@@ -20,12 +20,14 @@ TEST(LookaheadStates, PairEachPositionWithTheNextInItsSequence) {
   data.states = {{}, {0, 0, 1, 1, 2, 2, 10, 10, 11, 11}};  // positions 0..2 of one sequence, 0..1 of another
   data.final_top1 = {5, 6, 7, 8, 9};
   data.sequence = {0, 0, 0, 1, 1};
+  data.tokens = {20, 21, 22, 30, 31};
   const HiddenStates pairs = lookahead_states(data);
   EXPECT_EQ(pairs.layers, (std::vector<int32_t>{3, 3}));
   EXPECT_EQ(pairs.states[0], (std::vector<float>{0, 0, 1, 1, 10, 10}));
   EXPECT_EQ(pairs.states[1], (std::vector<float>{1, 1, 2, 2, 11, 11}));
   EXPECT_EQ(pairs.final_top1, (std::vector<int32_t>{6, 7, 9}));  // the next position's top-1
   EXPECT_EQ(pairs.sequence, (std::vector<int32_t>{0, 0, 1}));
+  EXPECT_EQ(pairs.tokens, (std::vector<TokenId>{21, 22, 31}));  // the next input
 }
 
 // A lookahead head fitted on stories260K's calibration text (ridge only: a second or two).
@@ -62,6 +64,9 @@ TEST(LookaheadHead, GuessesTheTokenAfterNextBetterThanTheModelsOwnHead) {
   EXPECT_TRUE(e.lookahead);
   EXPECT_EQ(e.layer, 5);
   EXPECT_EQ(f.heads.lookahead.layer, 5);
+  const size_t dd = 64 * 64;
+  EXPECT_EQ(f.heads.lookahead.adapter_weight.size(), dd);
+  EXPECT_EQ(f.heads.lookahead.token_weight.size(), dd) << "it reads the next token too";
   // The "logit lens" here is the model's own head at t, guessing t + 2 as if it were t + 1.
   EXPECT_GT(e.adapter_agreement, e.lens_agreement + 0.05) << "ridge " << e.adapter_agreement << " lens " << e.lens_agreement;
   EXPECT_NE(calibration_table(f.result).find("5 (lookahead: t + 2)"), std::string::npos);
@@ -69,6 +74,7 @@ TEST(LookaheadHead, GuessesTheTokenAfterNextBetterThanTheModelsOwnHead) {
 
 TEST(LookaheadHead, SidecarRoundTripsAndOldFilesHaveNone) {
   const Fitted& f = Fitted::get();
+  const size_t dd = 64 * 64;
   const ModelConfig& c = f.s.model->config();
   const std::string path = testing::temp_dir() + "/stories.lookahead.exits.gguf";
   ASSERT_TRUE(save_exit_heads(f.heads, path).ok());
@@ -79,6 +85,7 @@ TEST(LookaheadHead, SidecarRoundTripsAndOldFilesHaveNone) {
   EXPECT_EQ(loaded->lookahead.layer, 5);
   EXPECT_EQ(loaded->lookahead.adapter_weight, f.heads.lookahead.adapter_weight);
   EXPECT_EQ(loaded->lookahead.adapter_bias, f.heads.lookahead.adapter_bias);
+  EXPECT_EQ(loaded->lookahead.token_weight, f.heads.lookahead.token_weight);
   EXPECT_EQ(loaded->lookahead.kind, f.heads.lookahead.kind);
   // Beside exit heads, and a file without one loads without one.
   ExitHeadSet both = f.heads;
@@ -95,12 +102,15 @@ TEST(LookaheadHead, SidecarRoundTripsAndOldFilesHaveNone) {
   loaded = load_exit_heads(path, c);
   ASSERT_TRUE(loaded.ok());
   EXPECT_FALSE(loaded->has_lookahead);
-  // A lookahead head reads the last layer, nothing else.
+  // A lookahead head reads the last layer, nothing else; only it has a token map.
   ExitHeadSet wrong = f.heads;
   wrong.lookahead.layer = 3;
   const Status st = save_exit_heads(wrong, path);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("lookahead"), std::string::npos) << st.message();
+  ExitHeadSet mapped_exit = both;
+  mapped_exit.heads[0].token_weight.assign(dd, 0.0f);
+  EXPECT_FALSE(save_exit_heads(mapped_exit, path).ok());
 }
 
 TEST(LookaheadHead, SelfSpeculativeAtTheModelsDepthNeedsOne) {
@@ -113,7 +123,7 @@ TEST(LookaheadHead, SelfSpeculativeAtTheModelsDepthNeedsOne) {
   const Status none = m.check_exit_rule(rule);
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.message().find("--lookahead"), std::string::npos) << none.message();
-  EXPECT_FALSE(m.lookahead(nullptr, 0).ok()) << "no head to run";
+  EXPECT_FALSE(m.lookahead(nullptr, nullptr, 0).ok()) << "no head to run";
   ASSERT_TRUE(m.set_exits({}, &Fitted::get().heads).ok());
   EXPECT_TRUE(m.has_lookahead());
   EXPECT_TRUE(m.check_exit_rule(rule).ok());
