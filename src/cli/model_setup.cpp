@@ -28,7 +28,7 @@ void add_exit_rule_options(Args& args) {
       .option("threshold", "T", "confidence to leave early; 0 = at the first exit, 1 = never early; 'calibrated' = "
                                 "each exit's threshold from the heads file (top1); self-speculative: the draft "
                                 "head's top1 to keep drafting (0 = always draft)", "0.9")
-      .option("depth", "D", "fixed-depth: the exit layer (0 = loaded depth); self-speculative: the draft exit (0 = first exit)", "0")
+      .option("depth", "D", "fixed-depth: the exit layer (0 = loaded depth); self-speculative: the draft exit (0 = first exit; the loaded depth = draft with the heads' lookahead head)", "0")
       .option("measure", "M", "confidence: top1 | margin | entropy | probe | saturation | agreement (the heads file's curve: the share of leaving tokens that agree)", "top1")
       .option("draft-tokens", "N", "self-speculative: at most this many drafts per verification", "4")
       .option("draft-vocab", "N", "self-speculative: draft among the first N token ids only (a cheaper draft head; "

@@ -96,10 +96,16 @@ Status check_consistency(const MapReader& ee, const EarlyExitConfig& c) {
   const ExitRule& rule = c.default_rule;
   const std::string policy = exit_policy_name(rule.policy);
   const bool has_exits = !c.exits.layers.empty() || c.exits.every > 0;
+  // Self-speculative drafts at an exit point, or at the model's depth with the heads' lookahead head.
   const bool needs_exits = rule.policy == ExitPolicy::kPerToken ||
                            rule.policy == ExitPolicy::kBatchSync ||
-                           rule.policy == ExitPolicy::kSelfSpeculative;
+                           (rule.policy == ExitPolicy::kSelfSpeculative && c.heads_path.empty());
   if (needs_exits && !has_exits) {
+    if (rule.policy == ExitPolicy::kSelfSpeculative) {
+      return ee.error("policy", "'self-speculative' drafts at an exit point or with a lookahead head; set exits "
+                                "(e.g. [8, 16, 24]), or heads to a file from `helios calibrate --lookahead` with "
+                                "depth: the model's layer count");
+    }
     return ee.error("policy", "'" + policy + "' needs exit points; set exits (e.g. [8, 16, 24]) "
                               "or exit_every (e.g. 4), or use policy: full");
   }

@@ -103,7 +103,9 @@ StatusOr<ExitRule> resolve_exit_rule(ExitRule rule, const Model& model, std::str
   const std::vector<int32_t>& points = model.exit_layers();
   const int32_t loaded = model.n_layers_loaded();
   const std::string policy = exit_policy_name(rule.policy);
-  if (exit_policy_traits(rule.policy).needs_exit_points && points.empty()) {
+  // Self-speculative may instead draft at the loaded depth, with the heads' lookahead head.
+  const bool lookahead = rule.policy == ExitPolicy::kSelfSpeculative && model.has_lookahead();
+  if (exit_policy_traits(rule.policy).needs_exit_points && points.empty() && !lookahead) {
     return field_error(field_prefix, "policy", "'" + policy + "' needs exit points, and this model has "
                                                "none below its loaded depth (" + std::to_string(loaded) +
                                                "); " + std::string(exits_hint));
@@ -117,11 +119,15 @@ StatusOr<ExitRule> resolve_exit_rule(ExitRule rule, const Model& model, std::str
                                                     std::to_string(loaded));
     }
   } else if (rule.policy == ExitPolicy::kSelfSpeculative) {
-    if (rule.depth == 0) rule.depth = points.front();
-    if (std::find(points.begin(), points.end(), rule.depth) == points.end()) {
-      return field_error(field_prefix, "depth", "self-speculative drafts at an exit point, got " +
-                                                    std::to_string(rule.depth) + "; valid: " +
-                                                    join_layers(points));
+    if (rule.depth == 0) rule.depth = points.empty() ? loaded : points.front();
+    const bool at_lookahead = lookahead && rule.depth == loaded;
+    if (!at_lookahead && std::find(points.begin(), points.end(), rule.depth) == points.end()) {
+      const std::string valid = join_layers(points) + (lookahead ? (points.empty() ? "" : " or ") +
+                                                                       std::to_string(loaded) + " (lookahead head)"
+                                                                 : std::string());
+      return field_error(field_prefix, "depth", "self-speculative drafts at an exit point" +
+                                                    std::string(lookahead ? " or with the lookahead head" : "") +
+                                                    ", got " + std::to_string(rule.depth) + "; valid: " + valid);
     }
   }
   // What only the model knows (probes at every exit, ...).

@@ -143,12 +143,18 @@ TEST(EarlyExitConfigErrors, LoadLayersOverrideAndLimits) {
 // ---- keys that must agree
 
 TEST(EarlyExitConfigErrors, PoliciesThatNeedExitPoints) {
-  for (const char* policy : {"per-token", "batch-sync", "self-speculative"}) {
+  for (const char* policy : {"per-token", "batch-sync"}) {
     EXPECT_EQ(config_error(with_early_exit(std::string("      policy: ") + policy + "\n")),
               std::string("cfg.yaml:5:15: models[0].early_exit.policy: '") + policy +
                   "' needs exit points; set exits (e.g. [8, 16, 24]) or exit_every (e.g. 4), or use "
                   "policy: full");
   }
+  // Self-speculative may draft with a heads file's lookahead head instead (the model checks it has one).
+  EXPECT_EQ(config_error(with_early_exit("      policy: self-speculative\n")),
+            "cfg.yaml:5:15: models[0].early_exit.policy: 'self-speculative' drafts at an exit point or with a "
+            "lookahead head; set exits (e.g. [8, 16, 24]), or heads to a file from `helios calibrate --lookahead` "
+            "with depth: the model's layer count");
+  EXPECT_EQ(config_error(with_early_exit("      policy: self-speculative\n      heads: m.exits.gguf\n")), "");
 }
 
 TEST(EarlyExitConfigErrors, ProbeNeedsHeads) {

@@ -7,6 +7,7 @@
 
 #include "helios/calibrate.h"
 #include "helios/generate.h"
+#include "helios/model_setup.h"
 #include "stories_model.h"
 #include "unit/engine/engine_test_util.h"
 
@@ -131,6 +132,30 @@ TEST(LookaheadHead, SelfSpeculativeAtTheModelsDepthNeedsOne) {
   EXPECT_EQ(m.resolve_exit_rule(rule).depth, 5);
   ASSERT_TRUE(m.set_exits({2}, &Fitted::get().heads).ok());
   EXPECT_EQ(m.resolve_exit_rule(rule).depth, 2) << "an exit point comes first";
+}
+
+// A server's default rule: self-speculative with no exit points drafts with the heads file's
+// lookahead head at the model's depth; another depth is refused naming the valid ones.
+TEST(LookaheadHead, ModelSetupResolvesTheDefaultRuleToIt) {
+  const std::string path = testing::temp_dir() + "/stories.setup.exits.gguf";
+  ASSERT_TRUE(save_exit_heads(Fitted::get().heads, path).ok());
+  auto backend = make_cpu_backend(1);
+  ModelSetupOptions o;
+  o.path = testing::stories260k_path();
+  o.heads_path = path;
+  o.names.rule_prefix = "early_exit.";
+  ExitRule rule;
+  rule.policy = ExitPolicy::kSelfSpeculative;
+  o.default_rule = rule;
+  auto setup = setup_model(*backend, o);
+  ASSERT_TRUE(setup.ok()) << setup.status().to_string();
+  EXPECT_TRUE(setup->model->has_lookahead());
+  EXPECT_EQ(setup->default_rule.depth, 5);
+  rule.depth = 3;
+  o.default_rule = rule;
+  setup = setup_model(*backend, o);
+  ASSERT_FALSE(setup.ok());
+  EXPECT_NE(setup.status().message().find("valid: 5 (lookahead head)"), std::string::npos) << setup.status().message();
 }
 
 TEST(LookaheadHead, DraftsAreVerifiedToFullsTokens) {
