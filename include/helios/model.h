@@ -45,6 +45,10 @@ struct SequenceBatchEntry {
   // where its sequence may now run deeper (the model was extended since), the layers below get
   // its K/V from its exit state. Rows that want logits ignore it.
   std::vector<int32_t> known_exit_layers;
+  // Its rows are read only for their top-1 id and its probability (greedy, nothing else): those
+  // come from the device's statistics (ForwardResult::row_top1) and the logits stay there, so
+  // the row's ForwardResult::row() is not filled.
+  bool top1_only = false;
 };
 
 struct ForwardBatch {
@@ -79,6 +83,8 @@ struct ForwardResult {
   std::vector<int32_t> row_exit_layer;  // [n_rows] blocks the row ran before its head
   std::vector<float> row_confidence;    // [n_rows] its rule's measure where it left (top-1 prob
                                         // for a full-depth row with a cheap measure)
+  std::vector<int32_t> row_top1;        // [n_rows] its logits' most likely id (lowest on ties)
+  std::vector<float> row_top1_prob;     // [n_rows] that id's softmax probability
   std::vector<float> hidden;            // [n_tokens, n_embd] when return_hidden
   std::vector<std::vector<float>> captured;  // per capture layer: [n_rows, n_embd]
   std::vector<int32_t> observed_layers;      // observe_exits: the exit points observed, ascending
@@ -241,8 +247,13 @@ class Model {
   void download_rows(const float* states, const std::vector<int32_t>& rows, float* host);
   // Of the first n rows of the logits (rows of `vocab` entries where given, else n_vocab).
   std::vector<ConfidenceStats> logit_stats(int32_t n_rows, int32_t vocab = 0);
-  // A workspace logits row (of `vocab` entries, else n_vocab) into the result, kLogitOff past it.
-  void keep_logits(Pass& p, int32_t logits_row, int32_t result_row, int32_t vocab = 0);
+  // Workspace logits rows (of `vocab` entries, else n_vocab) into the result, kLogitOff past them,
+  // with their statistics' top-1; a top1_only row keeps the statistics alone.
+  struct KeptRow {
+    int32_t logits_row = 0, result_row = 0;
+    ConfidenceStats stats;
+  };
+  void keep_logits(Pass& p, const std::vector<KeptRow>& kept, int32_t vocab = 0);
 
   Backend& backend_;
   std::string path_;  // the GGUF file, for load_layers_range

@@ -53,6 +53,11 @@ class RequestOutput {
   // generation is over; the last event carries every held-back piece of text.
   TokenEvent take(const float* raw_logits, int32_t n_vocab, const std::vector<TokenId>& history,
                   int32_t exit_layer, float confidence);
+  // Whether take() would read nothing of the logits but their top-1: greedy, with no bias,
+  // penalty, top logprobs or grammar. Then take_top1() gives the same token from the row's
+  // statistics (ForwardResult::row_top1), and its logprob as log(top1_prob).
+  bool reads_only_top1() const;
+  TokenEvent take_top1(TokenId top1, float top1_prob, int32_t exit_layer, float confidence);
   FinishReason finish() const { return finish_; }
   int32_t n_generated() const { return n_generated_; }  // over every segment
   int32_t remaining() const { return options_.max_tokens - (n_generated_ - segment_start_); }
@@ -74,6 +79,8 @@ class RequestOutput {
   // made -inf.
   bool json_allows(TokenId token);
   void mask_to_json(float* logits, int32_t n_vocab);
+  // The event of the token taken (its text, stops and finish), its log-probabilities already in.
+  TokenEvent emit(TokenEvent ev);
 
   std::vector<float> scratch_;  // the sampler rewrites a copy of the logits
   std::optional<JsonMatcher> json_;

@@ -26,7 +26,10 @@ GenerationUpdate LiveRequest::on_row(const ForwardResult& fr, size_t row, const 
                                      const Tokenizer& tokenizer) {
   GenerationUpdate u;
   const int32_t exit_layer = fr.row_exit_layer[row];
-  TokenEvent ev = output.take(fr.row(row), fr.n_vocab, history, exit_layer, fr.row_confidence[row]);
+  // A greedy row read for its top-1 alone came without its logits (SequenceBatchEntry::top1_only).
+  TokenEvent ev = output.reads_only_top1()
+                      ? output.take_top1(fr.row_top1[row], fr.row_top1_prob[row], exit_layer, fr.row_confidence[row])
+                      : output.take(fr.row(row), fr.n_vocab, history, exit_layer, fr.row_confidence[row]);
   ev.observed = observations(fr, row);
   // The row that produced the token is the last one of the history.
   const size_t position = history.size() - 1;

@@ -183,11 +183,28 @@ std::vector<ConfidenceStats> Model::logit_stats(int32_t n_rows, int32_t vocab) {
   return out;
 }
 
-void Model::keep_logits(Pass& p, int32_t logits_row, int32_t result_row, int32_t vocab) {
+void Model::keep_logits(Pass& p, const std::vector<KeptRow>& kept, int32_t vocab) {
   const int32_t n_vocab = config_.n_vocab, width = vocab > 0 ? vocab : n_vocab;
-  float* out = p.result.logits.data() + static_cast<size_t>(result_row) * n_vocab;
-  backend_.download(out, ws_->logits.data() + static_cast<size_t>(logits_row) * width, width);
-  std::fill(out + width, out + n_vocab, ForwardBatch::kLogitOff);
+  std::vector<KeptRow> download;
+  for (const KeptRow& k : kept) {
+    p.result.row_top1[k.result_row] = k.stats.top1;
+    p.result.row_top1_prob[k.result_row] = k.stats.top1_prob;
+    if (!p.batch.seqs[p.result.row_seq[k.result_row]].top1_only) download.push_back(k);  // else: the statistics alone
+  }
+  // Rows consecutive in both the workspace and the result (a batch's rows at full depth, in
+  // order) come down in one copy: one wait for the device instead of one per row.
+  for (size_t i = 0; i < download.size();) {
+    size_t n = 1;
+    while (width == n_vocab && i + n < download.size() &&
+           download[i + n].logits_row == download[i].logits_row + static_cast<int32_t>(n) &&
+           download[i + n].result_row == download[i].result_row + static_cast<int32_t>(n)) {
+      ++n;
+    }
+    float* out = p.result.logits.data() + static_cast<size_t>(download[i].result_row) * n_vocab;
+    backend_.download(out, ws_->logits.data() + static_cast<size_t>(download[i].logits_row) * width, n * width);
+    if (width < n_vocab) std::fill(out + width, out + n_vocab, ForwardBatch::kLogitOff);
+    i += n;
+  }
 }
 
 // ---- The pass -------------------------------------------------------------------------------
@@ -272,6 +289,8 @@ Status Model::plan_batch(Pass& p) {
   result.logits.resize(static_cast<size_t>(n_rows) * c.n_vocab);
   result.row_exit_layer.assign(n_rows, 0);
   result.row_confidence.assign(n_rows, 0.0f);
+  result.row_top1.assign(n_rows, 0);
+  result.row_top1_prob.assign(n_rows, 0.0f);
   if (batch.return_hidden) result.hidden.assign(static_cast<size_t>(n) * c.n_embd, 0.0f);
   result.captured.assign(batch.capture_layers.size(), std::vector<float>(static_cast<size_t>(n_rows) * c.n_embd));
   p.end_layer = batch.last_layer > 0 ? batch.last_layer : n_layers_loaded();
@@ -414,11 +433,12 @@ void Model::check_exits(Pass& p, int32_t layer_no) {
   // Confidence: softmax measures (and forced exits) from the exit head's logits, which the
   // leaving rows then keep; cheap signals from h_k on the host.
   std::vector<int32_t> logits_index(rows.size(), -1);  // row of ws.logits, where computed
+  std::vector<ConfidenceStats> stats;
   if (!head_rows.empty()) {
     std::vector<int32_t> states;
     for (int32_t i : head_rows) states.push_back(rows[i]);
     head_logits(ws.x.data(), states, layer_no);
-    const std::vector<ConfidenceStats> stats = logit_stats(static_cast<int32_t>(states.size()));
+    stats = logit_stats(static_cast<int32_t>(states.size()));
     p.result.head_rows += static_cast<int64_t>(states.size());
     for (size_t j = 0; j < head_rows.size(); ++j) {
       const int32_t i = head_rows[j];
@@ -455,11 +475,12 @@ void Model::check_exits(Pass& p, int32_t layer_no) {
   const std::vector<uint8_t> leaving = decide_exits(layer_no, decision);
   std::vector<int32_t> need_head;  // leaving by a cheap signal: their head runs only now
   std::vector<uint8_t> leaves(na, 0);
+  std::vector<KeptRow> kept;
   for (size_t i = 0; i < rows.size(); ++i) {
     if (!leaving[i]) continue;
     const int32_t row = ws.token_row[p.active[rows[i]]];
     if (logits_index[i] >= 0) {
-      keep_logits(p, logits_index[i], row);
+      kept.push_back({logits_index[i], row, stats[logits_index[i]]});
     } else {
       need_head.push_back(rows[i]);
     }
@@ -467,12 +488,16 @@ void Model::check_exits(Pass& p, int32_t layer_no) {
     p.result.row_confidence[row] = decision[i].confidence;
     leaves[rows[i]] = 1;
   }
+  keep_logits(p, kept);
   if (!need_head.empty()) {
     head_logits(ws.x.data(), need_head, layer_no);
+    const std::vector<ConfidenceStats> head_stats = logit_stats(static_cast<int32_t>(need_head.size()));
     p.result.head_rows += static_cast<int64_t>(need_head.size());
+    kept.clear();
     for (size_t j = 0; j < need_head.size(); ++j) {
-      keep_logits(p, static_cast<int32_t>(j), ws.token_row[p.active[need_head[j]]]);
+      kept.push_back({static_cast<int32_t>(j), ws.token_row[p.active[need_head[j]]], head_stats[j]});
     }
+    keep_logits(p, kept);
   }
   if (std::find(leaves.begin(), leaves.end(), 1) != leaves.end()) remove_leaving(p, leaves, layer_no, false);
 }
@@ -534,15 +559,17 @@ void Model::final_heads(Pass& p) {
     head_logits(ws.x.data(), rows, p.end_layer, vocab);
     const std::vector<ConfidenceStats> stats = logit_stats(static_cast<int32_t>(rows.size()), vocab);
     p.result.head_rows += static_cast<int64_t>(rows.size());
+    std::vector<KeptRow> kept;
     for (size_t j = 0; j < rows.size(); ++j) {
       const int32_t t = p.active[rows[j]];
       const int32_t row = ws.token_row[t];
-      keep_logits(p, static_cast<int32_t>(j), row, vocab);
+      kept.push_back({static_cast<int32_t>(j), row, stats[j]});
       p.result.row_exit_layer[row] = p.end_layer;
       const ConfidenceMeasure m = p.rule(ws, t).measure;
       p.result.row_confidence[row] = confidence_value(
           stats[j], is_cheap_measure(m) ? ConfidenceMeasure::kTop1Prob : m, vocab > 0 ? vocab : c.n_vocab);
     }
+    keep_logits(p, kept, vocab);
   }
   if (p.batch.return_hidden && !p.active.empty()) {
     std::vector<int32_t> all(p.active.size());

@@ -51,8 +51,6 @@ TokenEvent RequestOutput::take(const float* raw, int32_t n_vocab, const std::vec
     }
   }
   if (json_ && !tokenizer_.is_end_of_generation(token)) json_->advance(tokenizer_.pieces()[token]);
-  sampler_.accept(token);
-  ++n_generated_;
 
   TokenEvent ev;
   ev.id = token;
@@ -69,7 +67,28 @@ TokenEvent RequestOutput::take(const float* raw, int32_t n_vocab, const std::vec
                       [](const auto& a, const auto& b) { return a.first > b.first; });
     for (int32_t i = 0; i < k; ++i) ev.top_logprobs.push_back({best[i].second, static_cast<float>(best[i].first - lse)});
   }
+  return emit(std::move(ev));
+}
 
+bool RequestOutput::reads_only_top1() const {
+  const SamplingParams& s = options_.sampling;
+  return s.temperature == 0.0f && s.logit_bias.empty() && s.repetition_penalty == 1.0f &&
+         s.presence_penalty == 0.0f && s.frequency_penalty == 0.0f && options_.top_logprobs <= 0 && !json_;
+}
+
+TokenEvent RequestOutput::take_top1(TokenId top1, float top1_prob, int32_t exit_layer, float confidence) {
+  TokenEvent ev;
+  ev.id = top1;
+  ev.exit_layer = exit_layer;
+  ev.confidence = confidence;
+  ev.logprob = std::log(top1_prob);
+  return emit(std::move(ev));
+}
+
+TokenEvent RequestOutput::emit(TokenEvent ev) {
+  const TokenId token = ev.id;
+  sampler_.accept(token);
+  ++n_generated_;
   const auto& stop_ids = options_.stop_token_ids;
   if (!options_.ignore_eos && tokenizer_.is_end_of_generation(token)) {
     finish_ = FinishReason::kEos;  // the end token itself carries no text

@@ -3,6 +3,7 @@
 // occupies, on how its prompt is chunked, or on what else is in the batch.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -310,6 +311,43 @@ TEST(Forward, MixedBatchEqualsEachSequenceAlone) {
   expect_close(row_of(0, 3), alone[0], 1e-4f);
   expect_close(row_of(1, 8), alone[2], 1e-4f);
   expect_close(row_of(2, 1), alone[1], 1e-4f);
+}
+
+// A top1_only entry gets its rows' top-1 and probability from the device's statistics, the same
+// as the logits a plain entry downloads say, and no logits; every row carries its top-1.
+TEST(Forward, Top1OnlyRowsCarryTheLogitsTop1WithoutTheLogits) {
+  Fixture f(synthetic_model("top1", false, 2, false));
+  const std::vector<TokenId> a = {1, 5, 9, 200}, b = {1, 100, 101, 102, 103};
+  BlockTable ta, tb, ta2, tb2;
+  ASSERT_TRUE(reserve_tokens(f.allocator, ta, 4, 4));
+  ASSERT_TRUE(reserve_tokens(f.allocator, tb, 5, 4));
+  ASSERT_TRUE(reserve_tokens(f.allocator, ta2, 4, 4));
+  ASSERT_TRUE(reserve_tokens(f.allocator, tb2, 5, 4));
+  ForwardBatch plain, top1;
+  plain.seqs.push_back({a, 0, &ta, LogitsWanted::kLast});
+  plain.seqs.push_back({b, 0, &tb, LogitsWanted::kAll});
+  top1.seqs.push_back({a, 0, &ta2, LogitsWanted::kLast});
+  top1.seqs.push_back({b, 0, &tb2, LogitsWanted::kAll});
+  top1.seqs[0].top1_only = true;
+  auto want = f.model->forward(plain, *f.kv);
+  auto got = f.model->forward(top1, *f.kv);
+  ASSERT_TRUE(want.ok() && got.ok());
+  ASSERT_EQ(got->row_top1.size(), 1u + 5u);
+  for (size_t r = 0; r < want->row_seq.size(); ++r) {
+    const float* row = want->row(r);
+    const auto best = static_cast<int32_t>(std::max_element(row, row + want->n_vocab) - row);
+    EXPECT_EQ(want->row_top1[r], best) << "row " << r;
+    EXPECT_EQ(got->row_top1[r], best) << "row " << r;
+    double sum = 0;
+    for (int32_t i = 0; i < want->n_vocab; ++i) sum += std::exp(static_cast<double>(row[i]) - row[best]);
+    EXPECT_NEAR(got->row_top1_prob[r], 1.0 / sum, 1e-5) << "row " << r;
+  }
+  // The top1_only row came without its logits; the plain entry's rows with theirs.
+  EXPECT_TRUE(std::all_of(got->row(0), got->row(0) + got->n_vocab, [](float v) { return v == 0.0f; }));
+  for (size_t r = 1; r < got->row_seq.size(); ++r) {
+    expect_close(std::vector<float>(got->row(r), got->row(r) + got->n_vocab),
+                 std::vector<float>(want->row(r), want->row(r) + want->n_vocab), 1e-4f);
+  }
 }
 
 // Greedy decoding is batch-invariant where the arithmetic is: with quantized weights every row of
