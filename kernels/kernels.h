@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace helios::kernels {
 
@@ -163,6 +164,10 @@ void ref_matmul_f16(const float* x, const uint16_t* w, int32_t n_rows, int32_t n
                     int32_t n_out, float* y);
 // out[i] = half(x[i]), round to nearest even.
 void ref_f32_to_f16(const float* x, int64_t n, uint16_t* out);
+// The same with W in bfloat16 (GGUF BF16), and out[i] = bfloat16(x[i]), round to nearest even.
+void ref_matmul_bf16(const float* x, const uint16_t* w, int32_t n_rows, int32_t n_in,
+                     int32_t n_out, float* y);
+void ref_f32_to_bf16(const float* x, int64_t n, uint16_t* out);
 
 // Early-exit confidence over the vocabulary, per row of logits [n_rows, n_vocab]:
 //   top1: the most likely id (lowest on ties); top1_prob: its softmax probability;
@@ -192,15 +197,39 @@ int launch_rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_
 int launch_kv_write(const float* k, const float* v, const int32_t* slots, int32_t n_tokens,
                     const PagedKV& cache, void* stream);
 
-// Paged attention over every (token, head) of the plan (its arrays in device memory): one block
-// per (token, KV head, context split) serves the KV head's query heads; long contexts are split
-// so that a few decoding tokens still fill the GPU, and a second kernel merges the splits.
-// max_context: the largest position + 1 in the plan; workspace: at least
-// paged_attention_workspace_floats(...) floats (none needed when that is 0).
+// The contexts a plan's tokens attend over: the longest (largest position + 1) and their sum.
+struct ContextSpan {
+  int32_t longest = 0;
+  int64_t total = 0;
+};
+ContextSpan context_span(const AttentionPlan& plan);  // the plan's arrays in host memory
+
+// Query tiles for the CUDA attention: runs of at most tile_tokens consecutive tokens of one
+// sequence (a prefill chunk in pieces; a decode is a tile of its own), whose query heads share
+// every K/V read. Tile i is tokens first[i] .. first[i + 1] - 1; span holds the tiles' contexts
+// (a tile's is its longest token's), which size the context splits.
+struct AttentionTiles {
+  const int32_t* first = nullptr;  // [n_tiles + 1]; null: one token per tile
+  int32_t n_tiles = 0;
+  int32_t tile_tokens = 1;
+  ContextSpan span;
+};
+// The tiles of a plan in host memory; `first` receives the boundaries (tiles.first points there).
+AttentionTiles attention_tiles(const AttentionPlan& plan, int32_t tile_tokens, std::vector<int32_t>* first);
+
+// Paged attention over every (token, head) of the plan (its arrays in device memory, and
+// tiles.first too): one block per (query tile, KV head, context split) serves the KV head's query
+// heads for the tile's tokens, masking each one's positions past its own. The split length comes
+// from the tiles' total context, so a few decoding tokens still fill the GPU, and each tile takes
+// as many splits as its own context needs (a long sequence beside short ones is not left to one
+// block); a second kernel merges the splits. attention_tile_tokens: the most tokens a tile may
+// hold for the shape. workspace: at least paged_attention_workspace_floats(..., tiles.span)
+// floats (none needed when that is 0).
+int32_t attention_tile_tokens(int32_t n_heads, int32_t n_kv_heads, int32_t head_dim);
 int64_t paged_attention_workspace_floats(int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads,
-                                         int32_t head_dim, int32_t max_context);
+                                         int32_t head_dim, ContextSpan span);
 int launch_paged_attention(const float* q, const PagedKV& cache, const AttentionPlan& plan,
-                           int32_t n_heads, float scale, int32_t max_context, float* workspace,
+                           int32_t n_heads, float scale, const AttentionTiles& tiles, float* workspace,
                            float* out, void* stream);
 
 int launch_swiglu(const float* gate, const float* up, int64_t n, float* out, void* stream);
@@ -208,6 +237,9 @@ int launch_add(float* x, const float* y, int64_t n, void* stream);
 int launch_matmul_f16(const float* x, const uint16_t* w, int32_t n_rows, int32_t n_in,
                       int32_t n_out, float* y, void* stream);
 int launch_f32_to_f16(const float* x, int64_t n, uint16_t* out, void* stream);
+int launch_matmul_bf16(const float* x, const uint16_t* w, int32_t n_rows, int32_t n_in,
+                       int32_t n_out, float* y, void* stream);
+int launch_f32_to_bf16(const float* x, int64_t n, uint16_t* out, void* stream);
 // Quantized weights in their GGUF blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; n_in a
 // multiple of the block): y[r, o] = dot(dequantize(w[o]), x[r]) with f32 activations, for few rows
 // (decode: each weight byte read once per 8 rows). CPU twin: dequantize_row, then ref_matmul.

@@ -319,14 +319,16 @@ int cmd_attention(const Args& a, json& j) {
       BENCH_CUDA(cudaMemcpy(d_tables, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice));
       BENCH_CUDA(cudaMemcpy(d_seq, seq.data(), seq.size() * 4, cudaMemcpyHostToDevice));
       BENCH_CUDA(cudaMemcpy(d_pos, pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
-      const int64_t ws_floats = helios::kernels::paged_attention_workspace_floats(batch, a.heads, a.kv_heads, hd, ctx);
+      helios::kernels::AttentionTiles tiles;  // one decoding token per tile
+      tiles.span = {ctx, static_cast<int64_t>(batch) * ctx};
+      const int64_t ws_floats = helios::kernels::paged_attention_workspace_floats(batch, a.heads, a.kv_heads, hd, tiles.span);
       if (ws_floats > 0) BENCH_CUDA(cudaMalloc(&ws, ws_floats * 4));
       const helios::kernels::PagedKV cache{k, v, n_blocks, bs, a.kv_heads, hd,
                                            f16 ? helios::kernels::KvType::kF16 : helios::kernels::KvType::kF32};
       const helios::kernels::AttentionPlan plan{batch, d_seq, d_pos, d_tables, per_seq};
       const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
       auto call = [&] {
-        const int e = helios::kernels::launch_paged_attention(q, cache, plan, a.heads, scale, ctx, ws, out, nullptr);
+        const int e = helios::kernels::launch_paged_attention(q, cache, plan, a.heads, scale, tiles, ws, out, nullptr);
         if (e != 0) die(std::string("launch_paged_attention: ") + cudaGetErrorString(static_cast<cudaError_t>(e)));
       };
       for (int i = 0; i < 3; ++i) call();

@@ -98,6 +98,18 @@ class Backend {
   // kernels::ref_exit_stats.
   virtual void exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* host_top1,
                           float* host_top1_prob, float* host_margin, float* host_entropy);
+
+  // --- block copies beside the forward pass (KV swap), optional
+  // Host memory the device copies to and from without staging it (pinned, on CUDA); nullptr
+  // when none can be had (HostBuffer then takes plain memory). The default: plain memory.
+  virtual float* alloc_host(size_t n_floats);
+  virtual void free_host(float* p);
+  // Copies on a stream of their own, done when copy_wait() returns: they may run while another
+  // thread's forward pass computes, so they must touch memory that pass does not. The default:
+  // download and upload.
+  virtual void copy_to_host(float* host_dst, const float* src, size_t n_floats) { download(host_dst, src, n_floats); }
+  virtual void copy_from_host(float* dst, const float* host_src, size_t n_floats) { upload(dst, host_src, n_floats); }
+  virtual void copy_wait() {}
 };
 
 // `n_threads` ≤ 0 means one per core.
@@ -140,6 +152,38 @@ class Buffer {
 
  private:
   Backend* backend_ = nullptr;
+  float* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Host memory for copies to and from a backend (the swap space): the backend's alloc_host where it
+// gives some, else plain memory (copies from it are then staged by the driver). Uninitialised.
+// Empty only when there is no host memory left.
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  HostBuffer(Backend* backend, size_t n_floats);
+  ~HostBuffer() { reset(); }
+  HostBuffer(HostBuffer&& o) noexcept { *this = std::move(o); }
+  HostBuffer& operator=(HostBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      std::swap(backend_, o.backend_);
+      std::swap(data_, o.data_);
+      std::swap(size_, o.size_);
+    }
+    return *this;
+  }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+
+  float* get() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return data_ == nullptr; }
+  void reset();
+
+ private:
+  Backend* backend_ = nullptr;  // the backend whose alloc_host gave data_; null for plain memory
   float* data_ = nullptr;
   size_t size_ = 0;
 };

@@ -78,7 +78,8 @@ class KvCacheStorage {
   kernels::PagedKV layer(int32_t l) const;
 
   // One block's K and V of every layer as raw 4-byte words (f32 values, or pairs of f16), for
-  // swapping to host memory and back.
+  // swapping to host memory and back: on the backend's copy stream (Backend::copy_to_host), done
+  // on return, so a thread may copy blocks the forward pass in flight does not touch.
   int64_t words_per_block() const;
   void read_block(int32_t block_id, float* host_dst) const;
   void write_block(int32_t block_id, const float* host_src);

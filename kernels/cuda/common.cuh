@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace helios::kernels::cuda {
 
@@ -65,6 +66,22 @@ __device__ __forceinline__ void store_kv(__nv_fp8_e4m3* p, float x) {
 __device__ __forceinline__ uint32_t order_key(float f) {
   const uint32_t b = __float_as_uint(f);
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// f(std::integral_constant<int, R>{}) with R = n_rows, 1 to 8 (more: 8): one instantiation of a
+// kernel templated on its activation rows for each count, so any count up to 8 is one launch.
+template <typename F>
+void with_row_count(int n_rows, F&& f) {
+  switch (n_rows) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 5: f(std::integral_constant<int, 5>{}); break;
+    case 6: f(std::integral_constant<int, 6>{}); break;
+    case 7: f(std::integral_constant<int, 7>{}); break;
+    default: f(std::integral_constant<int, 8>{}); break;
+  }
 }
 
 }  // namespace helios::kernels::cuda

@@ -1,6 +1,9 @@
-// Half-precision weights times f32 activations for a few rows (decode): one warp per output row
-// streams the weight row in 16-byte loads and applies it to up to 8 activation rows at once, so
-// each weight byte is read once per 8 rows. Batch-1 decode is bound by these weight reads.
+// 16-bit weights (IEEE half or bfloat16) times f32 activations for a few rows (decode). A block
+// stages a stretch of every activation row in shared memory, then each of its warps streams one
+// weight row in 16-byte loads and applies it to all of them: one launch serves 1 to 8 rows, so
+// each weight byte is read once per 8 rows whatever their count. Batch-1 decode is bound by these
+// weight reads.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -12,41 +15,73 @@
 namespace helios::kernels {
 namespace {
 
-constexpr int kThreads = 256;  // 8 warps, 8 output rows per block
+constexpr int kThreads = 256;         // 8 warps, 8 output rows per block
+constexpr int kMaxRows = 8;           // activation rows one launch serves
+constexpr int kStageFloats = 8192;    // 32 KiB of activations staged at a time
 
-template <int R, bool kVector>
-__global__ void __launch_bounds__(kThreads) gemv_f16_kernel(const float* x, const __half* w,
-                                                            int32_t n_in, int32_t n_out, float* y) {
+// Columns staged per pass for R rows: a multiple of 256 (a warp's 8-wide stride).
+template <int R>
+constexpr int32_t kStageCols = kStageFloats / R / 256 * 256 > 256 ? kStageFloats / R / 256 * 256 : 256;
+
+__device__ __forceinline__ float2 to_float2(__half2 h) { return __half22float2(h); }
+__device__ __forceinline__ float2 to_float2(__nv_bfloat162 h) { return __bfloat1622float2(h); }
+__device__ __forceinline__ float to_float(__half h) { return __half2float(h); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 h) { return __bfloat162float(h); }
+
+template <typename W>
+struct Pair;
+template <>
+struct Pair<__half> { using type = __half2; };
+template <>
+struct Pair<__nv_bfloat16> { using type = __nv_bfloat162; };
+
+template <typename W, int R, bool kVector>
+__global__ void __launch_bounds__(kThreads) gemv_16bit_kernel(const float* x, const W* w, int32_t n_in,
+                                                              int32_t n_out, float* y) {
+  constexpr int32_t kCols = kStageCols<R>;
+  __shared__ __align__(16) float xs[R * kCols];
   const int lane = threadIdx.x % 32;
   const int32_t o = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
-  if (o >= n_out) return;
-  const __half* wr = w + static_cast<int64_t>(o) * n_in;
+  const bool active = o < n_out;  // every thread stages, even without a row of its own
+  const W* wr = w + static_cast<int64_t>(active ? o : 0) * n_in;
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  if constexpr (kVector) {
+
+  for (int32_t c0 = 0; c0 < n_in; c0 += kCols) {
+    const int32_t n = min(kCols, n_in - c0);
+    __syncthreads();  // the previous stretch is no longer read
+    for (int32_t i = threadIdx.x; i < R * n; i += kThreads) {
+      const int32_t r = i / n, c = i % n;
+      xs[r * kCols + c] = x[static_cast<int64_t>(r) * n_in + c0 + c];
+    }
+    __syncthreads();
+    if (!active) continue;
+    if constexpr (kVector) {  // n is a multiple of 8 here
 #pragma unroll 4
-    for (int32_t i = lane * 8; i < n_in; i += 32 * 8) {
-      const uint4 raw = __ldg(reinterpret_cast<const uint4*>(wr + i));
-      const __half2* h2 = reinterpret_cast<const __half2*>(&raw);
-      float2 wf[4];
+      for (int32_t i = lane * 8; i < n; i += 32 * 8) {
+        const uint4 raw = __ldg(reinterpret_cast<const uint4*>(wr + c0 + i));
+        const auto* pairs = reinterpret_cast<const typename Pair<W>::type*>(&raw);
+        float2 wf[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) wf[k] = __half22float2(h2[k]);
+        for (int k = 0; k < 4; ++k) wf[k] = to_float2(pairs[k]);
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const float4* xr = reinterpret_cast<const float4*>(x + static_cast<int64_t>(r) * n_in + i);
-        const float4 a = xr[0], b = xr[1];
-        acc[r] += wf[0].x * a.x + wf[0].y * a.y + wf[1].x * a.z + wf[1].y * a.w +
-                  wf[2].x * b.x + wf[2].y * b.y + wf[3].x * b.z + wf[3].y * b.w;
+        for (int r = 0; r < R; ++r) {
+          const float4* xr = reinterpret_cast<const float4*>(xs + r * kCols + i);
+          const float4 a = xr[0], b = xr[1];
+          acc[r] += wf[0].x * a.x + wf[0].y * a.y + wf[1].x * a.z + wf[1].y * a.w +
+                    wf[2].x * b.x + wf[2].y * b.y + wf[3].x * b.z + wf[3].y * b.w;
+        }
+      }
+    } else {
+      for (int32_t i = lane; i < n; i += 32) {
+        const float wv = to_float(wr[c0 + i]);
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r] += wv * xs[r * kCols + i];
       }
     }
-  } else {
-    for (int32_t i = lane; i < n_in; i += 32) {
-      const float wv = __half2float(wr[i]);
-#pragma unroll
-      for (int r = 0; r < R; ++r) acc[r] += wv * x[static_cast<int64_t>(r) * n_in + i];
-    }
   }
+  if (!active) return;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const float s = cuda::warp_sum(acc[r]);
@@ -54,15 +89,31 @@ __global__ void __launch_bounds__(kThreads) gemv_f16_kernel(const float* x, cons
   }
 }
 
-template <int R>
-void launch_rows(const float* x, const __half* w, int32_t n_in, int32_t n_out, float* y, bool vec,
-                 cudaStream_t stream) {
+template <typename W, int R>
+void launch_rows(const float* x, const W* w, int32_t n_in, int32_t n_out, float* y, bool vec, cudaStream_t stream) {
   const unsigned blocks = (n_out + kThreads / 32 - 1) / (kThreads / 32);
   if (vec) {
-    gemv_f16_kernel<R, true><<<blocks, kThreads, 0, stream>>>(x, w, n_in, n_out, y);
+    gemv_16bit_kernel<W, R, true><<<blocks, kThreads, 0, stream>>>(x, w, n_in, n_out, y);
   } else {
-    gemv_f16_kernel<R, false><<<blocks, kThreads, 0, stream>>>(x, w, n_in, n_out, y);
+    gemv_16bit_kernel<W, R, false><<<blocks, kThreads, 0, stream>>>(x, w, n_in, n_out, y);
   }
+}
+
+template <typename W>
+int gemv_16bit(const float* x, const uint16_t* w, int32_t n_rows, int32_t n_in, int32_t n_out, float* y,
+               void* stream) {
+  if (n_rows <= 0 || n_out <= 0) return 0;
+  const auto* wt = reinterpret_cast<const W*>(w);
+  // 16-byte weight loads need 8-value rows on 16-byte boundaries (cudaMalloc gives 256).
+  const bool vec = n_in % 8 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  const cudaStream_t s = cuda::as_stream(stream);
+  for (int32_t r = 0; r < n_rows; r += kMaxRows) {
+    const int64_t at = r;
+    cuda::with_row_count(std::min(kMaxRows, n_rows - r), [&](auto rows) {
+      launch_rows<W, decltype(rows)::value>(x + at * n_in, wt, n_in, n_out, y + at * n_out, vec, s);
+    });
+  }
+  return cuda::launch_status();
 }
 
 __global__ void f32_to_f16_kernel(const float* x, int64_t n, __half* out) {
@@ -72,29 +123,39 @@ __global__ void f32_to_f16_kernel(const float* x, int64_t n, __half* out) {
   }
 }
 
+// The twin's integer rounding (fp32_to_bf16), bit for bit, NaNs included.
+__global__ void f32_to_bf16_kernel(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint32_t b = __float_as_uint(x[i]);
+    out[i] = (b & 0x7FFFFFFFu) > 0x7F800000u ? static_cast<uint16_t>((b >> 16) | 64)
+                                             : static_cast<uint16_t>((b + (0x7FFFu + ((b >> 16) & 1u))) >> 16);
+  }
+}
+
+unsigned grid_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65535 * 16)); }
+
 }  // namespace
 
 int launch_matmul_f16(const float* x, const uint16_t* w, int32_t n_rows, int32_t n_in,
                       int32_t n_out, float* y, void* stream) {
-  if (n_rows <= 0 || n_out <= 0) return 0;
-  const auto* wh = reinterpret_cast<const __half*>(w);
-  // 16-byte loads need 8-value rows on 16-byte boundaries (cudaMalloc gives 256).
-  const bool vec = n_in % 8 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  const cudaStream_t s = cuda::as_stream(stream);
-  int32_t r = 0;
-  for (; r + 8 <= n_rows; r += 8) launch_rows<8>(x + static_cast<int64_t>(r) * n_in, wh, n_in, n_out, y + static_cast<int64_t>(r) * n_out, vec, s);
-  if (r + 4 <= n_rows) { launch_rows<4>(x + static_cast<int64_t>(r) * n_in, wh, n_in, n_out, y + static_cast<int64_t>(r) * n_out, vec, s); r += 4; }
-  if (r + 2 <= n_rows) { launch_rows<2>(x + static_cast<int64_t>(r) * n_in, wh, n_in, n_out, y + static_cast<int64_t>(r) * n_out, vec, s); r += 2; }
-  if (r < n_rows) launch_rows<1>(x + static_cast<int64_t>(r) * n_in, wh, n_in, n_out, y + static_cast<int64_t>(r) * n_out, vec, s);
-  return cuda::launch_status();
+  return gemv_16bit<__half>(x, w, n_rows, n_in, n_out, y, stream);
+}
+
+int launch_matmul_bf16(const float* x, const uint16_t* w, int32_t n_rows, int32_t n_in,
+                       int32_t n_out, float* y, void* stream) {
+  return gemv_16bit<__nv_bfloat16>(x, w, n_rows, n_in, n_out, y, stream);
 }
 
 int launch_f32_to_f16(const float* x, int64_t n, uint16_t* out, void* stream) {
   if (n <= 0) return 0;
-  const int64_t blocks = std::min<int64_t>((n + 255) / 256, 65535 * 16);
-  f32_to_f16_kernel<<<static_cast<unsigned>(blocks), 256, 0, cuda::as_stream(stream)>>>(
-      x, n, reinterpret_cast<__half*>(out));
+  f32_to_f16_kernel<<<grid_for(n), 256, 0, cuda::as_stream(stream)>>>(x, n, reinterpret_cast<__half*>(out));
+  return cuda::launch_status();
+}
+
+int launch_f32_to_bf16(const float* x, int64_t n, uint16_t* out, void* stream) {
+  if (n <= 0) return 0;
+  f32_to_bf16_kernel<<<grid_for(n), 256, 0, cuda::as_stream(stream)>>>(x, n, out);
   return cuda::launch_status();
 }
 

@@ -1,8 +1,9 @@
 // Quantized weights read in their GGUF blocks: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K.
 // A row is walked in units of 32 values; a unit is dequantized in registers, exactly as the
 // host's dequantize_row does (the same float operations), and applied to f32 activations. For a
-// few rows (decode) one warp per output row applies each unit to up to 8 activation rows, so the
-// bytes read per token are the file's; for more rows the weights are dequantized to f16 a slice
+// few rows (decode) a block stages the activations in shared memory and one warp per output row
+// applies each unit to all of them, 1 to 8 rows in one launch, so the bytes read per token are the
+// file's; for more rows the weights are dequantized to f16 a slice
 // at a time for cuBLAS (launch_dequantize_f16).
 #include <cuda_fp16.h>
 
@@ -152,28 +153,54 @@ struct Quant<kWeightQ6_K> {
   }
 };
 
+// Activations staged per block: a stretch of every row, each 32-value unit followed by one pad
+// float, so the 32 lanes reading 32 different units hit 32 different banks.
+constexpr int kStageFloats = 8192;  // about 32 KiB
+constexpr int kMaxRows = 8;         // activation rows one launch serves
+__device__ __forceinline__ int32_t padded(int32_t c) { return c + c / kUnit; }
+
+// Columns staged per pass for R rows: a multiple of 1024 (one unit per lane).
+template <int R>
+constexpr int32_t kStageCols = kStageFloats * kUnit / (kUnit + 1) / R / 1024 * 1024 > 1024
+                                   ? kStageFloats * kUnit / (kUnit + 1) / R / 1024 * 1024 : 1024;
+
 template <uint32_t kType, int R>
 __global__ void __launch_bounds__(kThreads) gemv_quant_kernel(const float* x, const uint8_t* w, int64_t row_bytes,
                                                               int32_t n_in, int32_t n_out, float* y) {
+  constexpr int32_t kCols = kStageCols<R>;
+  constexpr int32_t kRowStride = kCols + kCols / kUnit;
+  __shared__ float xs[R * kRowStride];
   const int lane = threadIdx.x % 32;
   const int32_t o = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
-  if (o >= n_out) return;
-  const uint8_t* wr = w + static_cast<int64_t>(o) * row_bytes;
+  const bool active = o < n_out;  // every thread stages, even without a row of its own
+  const uint8_t* wr = w + static_cast<int64_t>(active ? o : 0) * row_bytes;
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  for (int32_t u = lane; u < n_in / kUnit; u += 32) {
-    float v[kUnit];
-    Quant<kType>::unit(wr, u, v);
+
+  for (int32_t c0 = 0; c0 < n_in; c0 += kCols) {
+    const int32_t n = min(kCols, n_in - c0);  // a multiple of kUnit
+    __syncthreads();  // the previous stretch is no longer read
+    for (int32_t i = threadIdx.x; i < R * n; i += kThreads) {
+      const int32_t r = i / n, c = i % n;
+      xs[r * kRowStride + padded(c)] = x[static_cast<int64_t>(r) * n_in + c0 + c];
+    }
+    __syncthreads();
+    if (!active) continue;
+    for (int32_t u = lane; u < n / kUnit; u += 32) {
+      float v[kUnit];
+      Quant<kType>::unit(wr, c0 / kUnit + u, v);
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const float* xr = x + static_cast<int64_t>(r) * n_in + static_cast<int64_t>(u) * kUnit;
-      float s = 0.0f;
+      for (int r = 0; r < R; ++r) {
+        const float* xr = xs + r * kRowStride + u * (kUnit + 1);
+        float s = 0.0f;
 #pragma unroll
-      for (int j = 0; j < kUnit; ++j) s += v[j] * xr[j];
-      acc[r] += s;
+        for (int j = 0; j < kUnit; ++j) s += v[j] * xr[j];
+        acc[r] += s;
+      }
     }
   }
+  if (!active) return;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const float s = cuda::warp_sum(acc[r]);
@@ -204,15 +231,17 @@ void launch_rows(const float* x, const uint8_t* w, int64_t row_bytes, int32_t n_
   gemv_quant_kernel<kType, R><<<blocks, kThreads, 0, stream>>>(x, w, row_bytes, n_in, n_out, y);
 }
 
+// One launch per kMaxRows rows (the last may have fewer): each weight byte read once per launch.
 template <uint32_t kType>
 int gemv(const float* x, const uint8_t* w, int64_t row_bytes, int32_t n_rows, int32_t n_in, int32_t n_out,
          float* y, cudaStream_t s) {
-  int32_t r = 0;
-  auto at = [&](int32_t row) { return static_cast<int64_t>(row); };
-  for (; r + 8 <= n_rows; r += 8) launch_rows<kType, 8>(x + at(r) * n_in, w, row_bytes, n_in, n_out, y + at(r) * n_out, s);
-  if (r + 4 <= n_rows) launch_rows<kType, 4>(x + at(r) * n_in, w, row_bytes, n_in, n_out, y + at(r) * n_out, s), r += 4;
-  if (r + 2 <= n_rows) launch_rows<kType, 2>(x + at(r) * n_in, w, row_bytes, n_in, n_out, y + at(r) * n_out, s), r += 2;
-  if (r < n_rows) launch_rows<kType, 1>(x + at(r) * n_in, w, row_bytes, n_in, n_out, y + at(r) * n_out, s);
+  for (int32_t r = 0; r < n_rows; r += kMaxRows) {
+    const float* xr = x + static_cast<int64_t>(r) * n_in;
+    float* yr = y + static_cast<int64_t>(r) * n_out;
+    cuda::with_row_count(std::min(kMaxRows, n_rows - r), [&](auto rows) {
+      launch_rows<kType, decltype(rows)::value>(xr, w, row_bytes, n_in, n_out, yr, s);
+    });
+  }
   return cuda::launch_status();
 }
 

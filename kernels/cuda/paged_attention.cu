@@ -1,9 +1,13 @@
-// Paged attention for any mix of prefill and decode tokens (the AttentionPlan), GQA-aware and split
-// along the context (flash-decoding): block (token, kv_head, split) serves the `group` query heads
-// that share the KV head, so each K/V row is read once for all of them. Within a split, positions
-// go in tiles of kTile with an online softmax; with more than one split, each writes its
-// unnormalised output and (max, sum) to the workspace and combine_kernel merges them. The cache is
-// f32 or f16 (read directly, converted in registers).
+// Paged attention for any mix of prefill and decode tokens (the AttentionPlan), GQA-aware, with
+// queries in tiles and the context in splits. Block (query tile, kv_head, split) serves every
+// query head of that KV head for the tile's tokens (consecutive tokens of one sequence: a prefill
+// chunk's, or a decode's one), so each K/V row it reads is used by all of them: FlashAttention's
+// query tiling, with GQA's sharing on top. Within a split, positions go in tiles of kTile with an
+// online softmax; each query row masks the positions past its own (causal). With more than one
+// split, each writes its unnormalised output and (max, sum) to the workspace and combine_kernel
+// merges them (flash-decoding). The split length is one for the launch, from the tiles' total
+// context; each tile takes as many splits as its own context needs. The cache is f32, f16 or fp8
+// E4M3 (read directly, converted in registers).
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -16,34 +20,37 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kTile = 128;             // positions per tile (scores in shared memory)
-constexpr int kMaxItemsPerThread = 8;  // group * head_dim ≤ kThreads * this
+constexpr int kMaxItemsPerThread = 8;  // rows * head_dim ≤ kThreads * this
+constexpr int kMaxRows = 32;           // query rows (tokens × heads of a group) per block
+constexpr int kMaxHeadDim = 256;       // a lane holds head_dim / 32 values of a K row
 constexpr int kTargetBlocks = 264;     // about two blocks per SM on a 132-SM H100/H200
 constexpr int kMinSplitLen = 256;      // shorter splits cost more in merging than they gain
 constexpr size_t kMaxSharedBytes = 48 * 1024;
 
 struct Split {
-  int32_t n = 1;    // splits per (token, kv head)
+  int32_t n = 1;    // splits of the longest context (grid depth); shorter ones leave theirs empty
   int32_t len = 0;  // positions per split, a multiple of kTile
 };
 
-Split plan_splits(int32_t n_tokens, int32_t n_kv_heads, int32_t max_context) {
+// About kTargetBlocks blocks of real work over the tiles' total context, at least kMinSplitLen
+// positions each: the split length is the same for every tile, the number of splits each one's.
+Split plan_splits(int32_t n_kv_heads, ContextSpan span) {
+  const int64_t longest = std::max<int64_t>(span.longest, 1);
+  const int64_t per_block = (std::max<int64_t>(span.total, 1) * n_kv_heads + kTargetBlocks - 1) / kTargetBlocks;
+  const int64_t len = std::min(std::max<int64_t>(per_block, kMinSplitLen), longest);
   Split s;
-  const int64_t base = static_cast<int64_t>(n_tokens) * n_kv_heads;
-  if (base < kTargetBlocks) {
-    const int64_t want = (kTargetBlocks + base - 1) / base;
-    const int64_t most = (max_context + kMinSplitLen - 1) / kMinSplitLen;
-    s.n = static_cast<int32_t>(std::max<int64_t>(1, std::min(want, most)));
-  }
-  const int32_t per = (max_context + s.n - 1) / s.n;
-  s.len = (per + kTile - 1) / kTile * kTile;
-  s.n = (max_context + s.len - 1) / s.len;
+  s.len = static_cast<int32_t>((len + kTile - 1) / kTile * kTile);
+  s.n = static_cast<int32_t>((longest + s.len - 1) / s.len);
   return s;
 }
 
-size_t shared_bytes(int32_t group, int32_t head_dim) {
-  const int32_t gh = group * head_dim;
-  return sizeof(float) * (gh + static_cast<size_t>(group) * kTile + std::max(kThreads, gh) + 3 * group) +
-         sizeof(int32_t) * kTile;
+// Query rows a block may serve for this head_dim.
+int32_t max_rows(int32_t head_dim) { return std::min(kMaxRows, kThreads * kMaxItemsPerThread / std::max(head_dim, 1)); }
+
+size_t shared_bytes(int32_t rows, int32_t head_dim) {
+  const int32_t items = rows * head_dim;
+  return sizeof(float) * (items + static_cast<size_t>(rows) * kTile + std::max(kThreads, items) + 4 * rows) +
+         sizeof(int32_t) * (kTile + rows);
 }
 
 template <typename T>  // the cache's element: float, __half or __nv_fp8_e4m3
@@ -54,6 +61,7 @@ struct AttentionArgs {
   const int32_t* token_seq;
   const int32_t* positions;
   const int32_t* block_tables;
+  const int32_t* tile_first;  // [n_tiles + 1]; null: one token per tile
   int32_t max_blocks_per_seq;
   int32_t block_size;
   int32_t n_heads;
@@ -67,38 +75,49 @@ struct AttentionArgs {
   float* part_ml;    // [n_tokens * n_heads, n_splits, 2]: running max, sum of exponentials
 };
 
+// Row r of a block: token tile_first + r / group, query head h0 + r % group.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs<T> a) {
-  const int32_t t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
-  const int32_t hd = a.head_dim, group = a.n_heads / a.n_kv_heads, gh = group * hd;
+  const int32_t tile = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+  const int32_t t0 = a.tile_first ? a.tile_first[tile] : tile;
+  const int32_t n_tok = a.tile_first ? a.tile_first[tile + 1] - t0 : 1;
+  const int32_t hd = a.head_dim, group = a.n_heads / a.n_kv_heads;
+  const int32_t rows = n_tok * group, items = rows * hd;
   const int32_t h0 = kvh * group;  // first query head of this KV head
-  const int32_t ctx = a.positions[t] + 1;
-  const int32_t p_begin = split * a.split_len;
-  const int32_t p_end = min(ctx, p_begin + a.split_len);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, n_warps = blockDim.x / 32;
 
   extern __shared__ float smem[];
-  float* q_s = smem;                       // [group, hd]
-  float* scores = q_s + gh;                // [group, kTile] scores, then exp(score - max)
-  float* red = scores + group * kTile;     // [max(blockDim, gh)] slice partial outputs
-  float* m_s = red + max(static_cast<int32_t>(blockDim.x), gh);  // [group] running max
-  float* l_s = m_s + group;                // [group] running sum of exponentials
-  float* alpha_s = l_s + group;            // [group] rescale of the old sums for this tile
-  int32_t* slot_s = reinterpret_cast<int32_t*>(alpha_s + group);  // [kTile] cache slots
+  float* q_s = smem;                        // [rows, hd]
+  float* scores = q_s + items;              // [rows, kTile] scores, then exp(score - max)
+  float* red = scores + rows * kTile;       // [max(blockDim, items)] slice partial outputs
+  float* m_s = red + max(static_cast<int32_t>(blockDim.x), items);  // [rows] running max
+  float* l_s = m_s + rows;                  // [rows] running sum of exponentials
+  float* alpha_s = l_s + rows;              // [rows] rescale of the old sums for this tile
+  float* spare = alpha_s + rows;            // [rows] (keeps the int arrays 4-byte aligned)
+  int32_t* slot_s = reinterpret_cast<int32_t*>(spare + rows);  // [kTile] cache slots
+  int32_t* ctx_s = slot_s + kTile;          // [rows] each row's context (its position + 1)
 
-  const float* qt = a.q + (static_cast<int64_t>(t) * a.n_heads + h0) * hd;
-  for (int32_t i = tid; i < gh; i += blockDim.x) q_s[i] = qt[i];
-  for (int32_t g = tid; g < group; g += blockDim.x) {
-    m_s[g] = -INFINITY;
-    l_s[g] = 0.0f;
+  for (int32_t i = tid; i < items; i += blockDim.x) {
+    const int32_t r = i / hd, d = i % hd;
+    const int32_t t = t0 + r / group, h = h0 + r % group;
+    q_s[i] = a.q[(static_cast<int64_t>(t) * a.n_heads + h) * hd + d];
   }
-  const int32_t* table = a.block_tables + static_cast<int64_t>(a.token_seq[t]) * a.max_blocks_per_seq;
+  for (int32_t r = tid; r < rows; r += blockDim.x) {
+    m_s[r] = -INFINITY;
+    l_s[r] = 0.0f;
+    ctx_s[r] = a.positions[t0 + r / group] + 1;
+  }
+  int32_t tile_ctx = 0;  // the tile's longest context: its last token's, positions rising
+  for (int32_t i = 0; i < n_tok; ++i) tile_ctx = max(tile_ctx, a.positions[t0 + i] + 1);
+  const int32_t p_begin = split * a.split_len;
+  const int32_t p_end = min(tile_ctx, p_begin + a.split_len);  // empty past this tile's own splits
+  const int32_t* table = a.block_tables + static_cast<int64_t>(a.token_seq[t0]) * a.max_blocks_per_seq;
   const int64_t kv_row = static_cast<int64_t>(a.n_kv_heads) * hd;
   const T* k_head = a.k_cache + static_cast<int64_t>(kvh) * hd;
   const T* v_head = a.v_cache + static_cast<int64_t>(kvh) * hd;
 
-  // V accumulation: thread → (slice of the tile's positions, up to kMaxItemsPerThread (g, d) items).
-  const int32_t stride_items = min(gh, static_cast<int32_t>(blockDim.x));
+  // V accumulation: thread → (slice of the tile's positions, up to kMaxItemsPerThread (r, d) items).
+  const int32_t stride_items = min(items, static_cast<int32_t>(blockDim.x));
   const int32_t n_slices = blockDim.x / stride_items;
   const int32_t slice = tid / stride_items, first_item = tid % stride_items;
   float acc[kMaxItemsPerThread];
@@ -113,36 +132,47 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs<T> a)
       slot_s[j] = table[p / a.block_size] * a.block_size + p % a.block_size;
     }
     __syncthreads();
-    // scores: one warp per position, lanes across head_dim
+    // scores: one warp per position, its K row in registers (lanes across head_dim), every row
     for (int32_t j = warp; j < tile_n; j += n_warps) {
       const T* kp = k_head + slot_s[j] * kv_row;
-      for (int32_t g = 0; g < group; ++g) {
+      float k_reg[kMaxHeadDim / 32];
+#pragma unroll
+      for (int c = 0; c < kMaxHeadDim / 32; ++c) {
+        const int32_t d = lane + 32 * c;
+        k_reg[c] = d < hd ? cuda::load_kv(kp + d) : 0.0f;
+      }
+      const int32_t p = tile0 + j;
+      for (int32_t r = 0; r < rows; ++r) {
         float s = 0.0f;
-        for (int32_t d = lane; d < hd; d += 32) s += q_s[g * hd + d] * cuda::load_kv(kp + d);
+#pragma unroll
+        for (int c = 0; c < kMaxHeadDim / 32; ++c) {
+          const int32_t d = lane + 32 * c;
+          if (d < hd) s += q_s[r * hd + d] * k_reg[c];
+        }
         s = cuda::warp_sum(s);
-        if (lane == 0) scores[g * kTile + j] = s * a.scale;
+        if (lane == 0) scores[r * kTile + j] = p < ctx_s[r] ? s * a.scale : -INFINITY;  // causal
       }
     }
     __syncthreads();
-    // online softmax: one warp per query head
-    for (int32_t g = warp; g < group; g += n_warps) {
-      float* sg = scores + g * kTile;
+    // online softmax: one warp per query row
+    for (int32_t r = warp; r < rows; r += n_warps) {
+      float* sr = scores + r * kTile;
       float mx = -INFINITY;
-      for (int32_t j = lane; j < tile_n; j += 32) mx = fmaxf(mx, sg[j]);
+      for (int32_t j = lane; j < tile_n; j += 32) mx = fmaxf(mx, sr[j]);
       mx = cuda::warp_max(mx);
-      const float m_new = fmaxf(m_s[g], mx);
+      const float m_new = fmaxf(m_s[r], mx);
       float sum = 0.0f;
       for (int32_t j = lane; j < tile_n; j += 32) {
-        const float e = expf(sg[j] - m_new);
-        sg[j] = e;
+        const float e = m_new == -INFINITY ? 0.0f : expf(sr[j] - m_new);  // no position of its yet
+        sr[j] = e;
         sum += e;
       }
       sum = cuda::warp_sum(sum);
       if (lane == 0) {
-        const float alpha = expf(m_s[g] - m_new);  // 0 on the first tile (m_s = -inf)
-        alpha_s[g] = alpha;
-        l_s[g] = l_s[g] * alpha + sum;
-        m_s[g] = m_new;
+        const float alpha = m_new == -INFINITY ? 1.0f : expf(m_s[r] - m_new);  // 0 after m_s = -inf
+        alpha_s[r] = alpha;
+        l_s[r] = l_s[r] * alpha + sum;
+        m_s[r] = m_new;
       }
     }
     __syncthreads();
@@ -150,11 +180,11 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs<T> a)
 #pragma unroll
       for (int c = 0; c < kMaxItemsPerThread; ++c) {
         const int32_t item = first_item + c * stride_items;
-        if (item < gh) {
-          const int32_t g = item / hd, d = item % hd;
-          float o = acc[c] * alpha_s[g];
-          const float* sg = scores + g * kTile;
-          for (int32_t j = slice; j < tile_n; j += n_slices) o += sg[j] * cuda::load_kv(v_head + slot_s[j] * kv_row + d);
+        if (item < items) {
+          const int32_t r = item / hd, d = item % hd;
+          float o = acc[c] * alpha_s[r];
+          const float* sr = scores + r * kTile;
+          for (int32_t j = slice; j < tile_n; j += n_slices) o += sr[j] * cuda::load_kv(v_head + slot_s[j] * kv_row + d);
           acc[c] = o;
         }
       }
@@ -167,23 +197,23 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs<T> a)
 #pragma unroll
     for (int c = 0; c < kMaxItemsPerThread; ++c) {
       const int32_t item = first_item + c * stride_items;
-      if (item < gh) red[slice * gh + item] = acc[c];
+      if (item < items) red[slice * items + item] = acc[c];
     }
   }
   __syncthreads();
-  for (int32_t item = tid; item < gh; item += blockDim.x) {
+  for (int32_t item = tid; item < items; item += blockDim.x) {
     float o = 0.0f;
-    for (int32_t s = 0; s < n_slices; ++s) o += red[s * gh + item];
-    const int32_t g = item / hd, d = item % hd;
-    const int64_t head_item = static_cast<int64_t>(t) * a.n_heads + h0 + g;
+    for (int32_t s = 0; s < n_slices; ++s) o += red[s * items + item];
+    const int32_t r = item / hd, d = item % hd;
+    const int64_t head_item = static_cast<int64_t>(t0 + r / group) * a.n_heads + h0 + r % group;
     if (a.n_splits == 1) {
-      a.out[head_item * hd + d] = l_s[g] > 0.0f ? o / l_s[g] : 0.0f;
+      a.out[head_item * hd + d] = l_s[r] > 0.0f ? o / l_s[r] : 0.0f;
     } else {
       const int64_t part = head_item * a.n_splits + split;
       a.part_out[part * hd + d] = o;
       if (d == 0) {
-        a.part_ml[2 * part] = m_s[g];
-        a.part_ml[2 * part + 1] = l_s[g];
+        a.part_ml[2 * part] = m_s[r];
+        a.part_ml[2 * part + 1] = l_s[r];
       }
     }
   }
@@ -211,38 +241,46 @@ __global__ void combine_kernel(const float* part_out, const float* part_ml, int3
 
 }  // namespace
 
+int32_t attention_tile_tokens(int32_t n_heads, int32_t n_kv_heads, int32_t head_dim) {
+  if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0) return 1;
+  return std::max(1, max_rows(head_dim) / (n_heads / n_kv_heads));
+}
+
 int64_t paged_attention_workspace_floats(int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads,
-                                         int32_t head_dim, int32_t max_context) {
-  if (n_tokens <= 0 || n_kv_heads <= 0 || max_context <= 0) return 0;
-  const Split s = plan_splits(n_tokens, n_kv_heads, max_context);
+                                         int32_t head_dim, ContextSpan span) {
+  if (n_tokens <= 0 || n_kv_heads <= 0 || span.longest <= 0) return 0;
+  const Split s = plan_splits(n_kv_heads, span);
   if (s.n == 1) return 0;
   return static_cast<int64_t>(n_tokens) * n_heads * s.n * (head_dim + 2);
 }
 
 int launch_paged_attention(const float* q, const PagedKV& cache, const AttentionPlan& plan,
-                           int32_t n_heads, float scale, int32_t max_context, float* workspace,
+                           int32_t n_heads, float scale, const AttentionTiles& tiles, float* workspace,
                            float* out, void* stream) {
   if (plan.n_tokens <= 0) return 0;
-  if (cache.n_kv_heads <= 0 || n_heads % cache.n_kv_heads != 0 || max_context <= 0 ||
-      cache.head_dim <= 0 ||
+  if (cache.n_kv_heads <= 0 || n_heads % cache.n_kv_heads != 0 || tiles.span.longest <= 0 ||
+      cache.head_dim <= 0 || (tiles.first != nullptr && tiles.tile_tokens <= 0) ||
       (cache.type != KvType::kF32 && cache.type != KvType::kF16 && cache.type != KvType::kFp8E4M3)) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   const int32_t group = n_heads / cache.n_kv_heads;
-  const size_t smem = shared_bytes(group, cache.head_dim);
-  if (group * cache.head_dim > kThreads * kMaxItemsPerThread || smem > kMaxSharedBytes) {
+  const int32_t rows = group * (tiles.first ? tiles.tile_tokens : 1);
+  const size_t smem = shared_bytes(rows, cache.head_dim);
+  if (cache.head_dim > kMaxHeadDim || rows * cache.head_dim > kThreads * kMaxItemsPerThread ||
+      smem > kMaxSharedBytes) {
     return static_cast<int>(cudaErrorInvalidConfiguration);
   }
-  const Split s = plan_splits(plan.n_tokens, cache.n_kv_heads, max_context);
+  const int32_t n_tiles = tiles.first ? tiles.n_tiles : plan.n_tokens;
+  const Split s = plan_splits(cache.n_kv_heads, tiles.span);
   if (s.n > 1 && workspace == nullptr) return static_cast<int>(cudaErrorInvalidValue);
   const int64_t n_items = static_cast<int64_t>(plan.n_tokens) * n_heads;
   float* part_out = workspace;
   float* part_ml = workspace ? workspace + n_items * s.n * cache.head_dim : nullptr;
-  const dim3 grid(plan.n_tokens, cache.n_kv_heads, s.n);
+  const dim3 grid(n_tiles, cache.n_kv_heads, s.n);
   const cudaStream_t st = cuda::as_stream(stream);
   auto launch = [&](auto* k_cache, auto* v_cache) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(k_cache)>>;
-    AttentionArgs<T> a{q, k_cache, v_cache, plan.token_seq, plan.positions, plan.block_tables,
+    AttentionArgs<T> a{q, k_cache, v_cache, plan.token_seq, plan.positions, plan.block_tables, tiles.first,
                        plan.max_blocks_per_seq, cache.block_size, n_heads, cache.n_kv_heads,
                        cache.head_dim, scale, s.len, s.n, out, part_out, part_ml};
     attention_kernel<T><<<grid, kThreads, smem, st>>>(a);

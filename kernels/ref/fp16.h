@@ -60,4 +60,19 @@ inline uint16_t fp32_to_fp16(float f) {
   return sign | static_cast<uint16_t>(half);
 }
 
+// bfloat16: a float's upper 16 bits. Rounding to nearest even; a NaN stays a quiet NaN.
+inline float bf16_to_fp32(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline uint16_t fp32_to_bf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7FFFFFFF) > 0x7F800000) return static_cast<uint16_t>((x >> 16) | 64);  // quiet nan
+  return static_cast<uint16_t>((x + (0x7FFF + ((x >> 16) & 1))) >> 16);
+}
+
 }  // namespace helios::kernels

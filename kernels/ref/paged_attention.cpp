@@ -101,4 +101,36 @@ void ref_paged_attention(const float* q, const PagedKV& cache, const AttentionPl
   }
 }
 
+ContextSpan context_span(const AttentionPlan& plan) {
+  ContextSpan span;
+  for (int32_t t = 0; t < plan.n_tokens; ++t) {
+    span.longest = std::max(span.longest, plan.positions[t] + 1);
+    span.total += plan.positions[t] + 1;
+  }
+  return span;
+}
+
+AttentionTiles attention_tiles(const AttentionPlan& plan, int32_t tile_tokens, std::vector<int32_t>* first) {
+  AttentionTiles tiles;
+  tiles.tile_tokens = std::max(tile_tokens, 1);
+  first->clear();
+  int32_t tile_ctx = 0;
+  for (int32_t t = 0; t < plan.n_tokens; ++t) {
+    const bool starts = first->empty() || t - first->back() == tiles.tile_tokens ||
+                        plan.token_seq[t] != plan.token_seq[first->back()];
+    if (starts) {
+      if (!first->empty()) tiles.span.total += tile_ctx;
+      first->push_back(t);
+      tile_ctx = 0;
+    }
+    tile_ctx = std::max(tile_ctx, plan.positions[t] + 1);
+    tiles.span.longest = std::max(tiles.span.longest, tile_ctx);
+  }
+  if (!first->empty()) tiles.span.total += tile_ctx;
+  tiles.n_tiles = static_cast<int32_t>(first->size());
+  first->push_back(plan.n_tokens);
+  tiles.first = first->data();
+  return tiles;
+}
+
 }  // namespace helios::kernels

@@ -1,6 +1,9 @@
 #include "helios/backend.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <new>
 #include <vector>
 
 #if defined(HELIOS_WITH_CUDA)
@@ -66,6 +69,37 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& name, int n_t
   }
   return invalid_argument("unknown backend '" + name + "' (this build supports: cpu)");
 #endif
+}
+
+float* Backend::alloc_host(size_t n_floats) {
+  if (n_floats > SIZE_MAX / sizeof(float)) return nullptr;
+  return new (std::nothrow) float[std::max<size_t>(n_floats, 1)];
+}
+
+void Backend::free_host(float* p) { delete[] p; }
+
+HostBuffer::HostBuffer(Backend* backend, size_t n_floats) : size_(n_floats) {
+  if (n_floats == 0 || n_floats > SIZE_MAX / sizeof(float)) {
+    size_ = 0;
+    return;
+  }
+  if ((data_ = backend->alloc_host(n_floats))) {
+    backend_ = backend;
+  } else {
+    data_ = new (std::nothrow) float[n_floats];
+  }
+  if (!data_) size_ = 0;
+}
+
+void HostBuffer::reset() {
+  if (backend_) {
+    backend_->free_host(data_);
+  } else {
+    delete[] data_;
+  }
+  backend_ = nullptr;
+  data_ = nullptr;
+  size_ = 0;
 }
 
 }  // namespace helios

@@ -19,6 +19,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::start(Model& model, const EngineOption
   std::unique_ptr<Engine> engine(new Engine(model));
   engine->impl_ = std::make_unique<Impl>(model, options, metrics, std::move(storage));
   Impl* impl = engine->impl_.get();
+  if (options.n_swap_blocks > 0 && impl->swap_space.empty()) {
+    return resource_exhausted("no host memory for the swap space of " + std::to_string(options.n_swap_blocks) +
+                              " blocks; lower engine.swap_space");
+  }
   impl->snapshot.kv_blocks_total = options.n_kv_blocks;
   impl->snapshot.kv_block_size = options.block_size;
   impl->snapshot.loaded_layers = model.n_layers_loaded();

@@ -27,8 +27,7 @@ struct Engine::Impl {
       : model(m), options(o), registry(r), kv(std::move(storage)),
         kv_manager(o.n_kv_blocks, o.block_size, o.n_swap_blocks, o.prefix_caching),
         scheduler(o.scheduler, kv_manager),
-        // Uninitialised: the pages are only touched by the blocks actually swapped.
-        swap_space(new float[static_cast<size_t>(o.n_swap_blocks) * kv.words_per_block()]) {
+        swap_space(&m.backend(), static_cast<size_t>(o.n_swap_blocks) * kv.words_per_block()) {
     if (registry) metrics = std::make_unique<EngineMetrics>(*registry);
     if (metrics) metrics->kv_blocks_total->add(o.n_kv_blocks);
   }
@@ -105,7 +104,7 @@ struct Engine::Impl {
   KvCacheStorage kv;
   PagedKvManager kv_manager;
   Scheduler scheduler;
-  std::unique_ptr<float[]> swap_space;  // [n_swap_blocks, words_per_block]
+  HostBuffer swap_space;  // [n_swap_blocks, words_per_block], pinned where the backend pins
 
   // Shared with other threads, under mu.
   mutable std::mutex mu;

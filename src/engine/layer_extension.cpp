@@ -162,7 +162,7 @@ void Engine::Impl::adopt_new_depth(int32_t old_depth, ExtendKv kv_mode, int32_t 
   kv_manager.reset_device(n_blocks);
   // Swap blocks hold every layer too: the same count, of the new size.
   swap_space.reset();
-  swap_space.reset(new float[static_cast<size_t>(options.n_swap_blocks) * kv.words_per_block()]);
+  swap_space = HostBuffer(&model.backend(), static_cast<size_t>(options.n_swap_blocks) * kv.words_per_block());
   for (auto& [id, r] : live) {
     r->request.exit = rule_after_extension(r->request.exit, old_depth, new_depth);
     // Replayed at their known exit layers, the tokens so far get the new layers' K/V from those

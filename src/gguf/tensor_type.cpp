@@ -435,18 +435,7 @@ Status quantize_row(TensorType type, const float* src, void* dst, int64_t n) {
 float fp16_to_fp32(uint16_t h) { return kernels::fp16_to_fp32(h); }
 uint16_t fp32_to_fp16(float f) { return kernels::fp32_to_fp16(f); }
 
-float bf16_to_fp32(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t fp32_to_bf16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if ((x & 0x7FFFFFFF) > 0x7F800000) return static_cast<uint16_t>((x >> 16) | 64);  // quiet nan
-  return static_cast<uint16_t>((x + (0x7FFF + ((x >> 16) & 1))) >> 16);
-}
+float bf16_to_fp32(uint16_t h) { return kernels::bf16_to_fp32(h); }
+uint16_t fp32_to_bf16(float f) { return kernels::fp32_to_bf16(f); }
 
 }  // namespace helios

@@ -102,30 +102,33 @@ int64_t KvCacheStorage::words_per_block() const {
   return n;
 }
 
+// Each block's copies go out on the backends' copy streams and are waited for once, at the end.
 void KvCacheStorage::read_block(int32_t block_id, float* host_dst) const {
   const int64_t n = words_per_layer_block();
   for (size_t l = 0; l < k_.size(); ++l) {
-    backend_->download(host_dst, k_[l].data() + block_id * n, n);
-    backend_->download(host_dst + n, v_[l].data() + block_id * n, n);
+    backend_->copy_to_host(host_dst, k_[l].data() + block_id * n, n);
+    backend_->copy_to_host(host_dst + n, v_[l].data() + block_id * n, n);
     host_dst += 2 * n;
   }
   for (const KvCacheStorage& s : shards_) {
     s.read_block(block_id, host_dst);
     host_dst += s.words_per_block();
   }
+  backend_->copy_wait();
 }
 
 void KvCacheStorage::write_block(int32_t block_id, const float* host_src) {
   const int64_t n = words_per_layer_block();
   for (size_t l = 0; l < k_.size(); ++l) {
-    backend_->upload(k_[l].data() + block_id * n, host_src, n);
-    backend_->upload(v_[l].data() + block_id * n, host_src + n, n);
+    backend_->copy_from_host(k_[l].data() + block_id * n, host_src, n);
+    backend_->copy_from_host(v_[l].data() + block_id * n, host_src + n, n);
     host_src += 2 * n;
   }
   for (KvCacheStorage& s : shards_) {
     s.write_block(block_id, host_src);
     host_src += s.words_per_block();
   }
+  backend_->copy_wait();
 }
 
 }  // namespace helios

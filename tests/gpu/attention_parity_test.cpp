@@ -3,7 +3,7 @@
 // contexts long enough for the split-context path. Cache slots no token writes hold NaN: reading
 // one would poison the output.
 // Tolerance: 2e-5 relative + 2e-6 absolute: softmax weights and sums in float, in another order.
-// Both f32 and f16 caches.
+// f32, f16 and fp8 caches; query tiles of the kernel's size and of one token.
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -102,16 +102,23 @@ void check_attention(const Shape& sh, const std::vector<SeqSpec>& seqs, uint32_t
   std::vector<float> want(q.size());
   kernels::ref_paged_attention(q.data(), host_cache, host_plan, sh.n_heads, scale, 0,
                                static_cast<int64_t>(n_tokens) * sh.n_heads, want.data());
-  const int32_t max_context = *std::max_element(positions.begin(), positions.end()) + 1;
-  const int64_t ws_floats = kernels::paged_attention_workspace_floats(n_tokens, sh.n_heads, sh.n_kv_heads,
-                                                                     sh.head_dim, max_context);
-  DeviceArray<float> d_ws(static_cast<size_t>(std::max<int64_t>(ws_floats, 1))), d_out(q.size());
-  ASSERT_EQ(kernels::launch_paged_attention(d_q.get(), dev_cache, dev_plan, sh.n_heads, scale, max_context,
-                                            ws_floats ? d_ws.get() : nullptr, d_out.get(), nullptr), 0);
-  EXPECT_TRUE(all_near(d_out.to_host(), want, 2e-5f, 2e-6f))
-      << kernels::kv_type_name(type) << " heads " << sh.n_heads << "/" << sh.n_kv_heads
-      << " head_dim " << sh.head_dim << " tokens " << n_tokens
-      << " max context " << max_context << " splits workspace " << ws_floats;
+  // Query tiles of the kernel's own size (K/V shared by a prefill chunk's tokens) and of one
+  // token each: the same results.
+  for (const int32_t tile_tokens : {kernels::attention_tile_tokens(sh.n_heads, sh.n_kv_heads, sh.head_dim), 1}) {
+    std::vector<int32_t> first;
+    kernels::AttentionTiles tiles = kernels::attention_tiles(host_plan, tile_tokens, &first);
+    DeviceArray<int32_t> d_first(first);
+    tiles.first = d_first.get();
+    const int64_t ws_floats = kernels::paged_attention_workspace_floats(n_tokens, sh.n_heads, sh.n_kv_heads,
+                                                                       sh.head_dim, tiles.span);
+    DeviceArray<float> d_ws(static_cast<size_t>(std::max<int64_t>(ws_floats, 1))), d_out(q.size());
+    ASSERT_EQ(kernels::launch_paged_attention(d_q.get(), dev_cache, dev_plan, sh.n_heads, scale, tiles,
+                                              ws_floats ? d_ws.get() : nullptr, d_out.get(), nullptr), 0);
+    EXPECT_TRUE(all_near(d_out.to_host(), want, 2e-5f, 2e-6f))
+        << kernels::kv_type_name(type) << " heads " << sh.n_heads << "/" << sh.n_kv_heads
+        << " head_dim " << sh.head_dim << " tokens " << n_tokens << " tiles " << tiles.n_tiles << " of up to "
+        << tile_tokens << " longest context " << tiles.span.longest << " splits workspace " << ws_floats;
+  }
 }
 
 TEST(GpuParity, PagedAttentionDecodeMatchesTheCpuTwin) {
@@ -121,6 +128,8 @@ TEST(GpuParity, PagedAttentionDecodeMatchesTheCpuTwin) {
     check_attention(sh, {{0, 1}}, 1);
     check_attention(sh, {{16, 1}, {17, 1}, {300, 1}}, 2);
     check_attention(sh, {{4100, 1}}, 3);
+    // one long context beside short ones: it takes its own splits, they one each
+    check_attention(sh, {{5000, 1}, {3, 1}, {40, 1}, {130, 1}, {0, 1}, {257, 1}}, 7);
   }
 }
 
@@ -130,6 +139,7 @@ TEST(GpuParity, PagedAttentionPrefillAndMixedBatchesMatchTheCpuTwin) {
     check_attention(sh, {{0, 37}}, 4);                            // a whole prompt
     check_attention(sh, {{48, 33}, {0, 5}, {700, 1}, {15, 1}}, 5);  // a chunk, a prompt, decodes
     check_attention(sh, {{1000, 300}}, 6);                        // a long chunk after a long cache
+    check_attention(sh, {{0, 600}, {3000, 40}, {20, 1}}, 8);      // long chunks: tiles and splits both
   }
 }
 
@@ -154,7 +164,9 @@ TEST(GpuParity, PagedAttentionRefusesAnUnsupportedShape) {
   // More query heads per KV head × head_dim than one block holds: an error, not a wrong answer.
   kernels::PagedKV cache{nullptr, nullptr, 1, 16, 1, 256};
   const kernels::AttentionPlan plan{1, nullptr, nullptr, nullptr, 1};
-  EXPECT_NE(kernels::launch_paged_attention(nullptr, cache, plan, 64, 1.0f, 1, nullptr, nullptr, nullptr), 0);
+  kernels::AttentionTiles one_token;
+  one_token.span = {1, 1};
+  EXPECT_NE(kernels::launch_paged_attention(nullptr, cache, plan, 64, 1.0f, one_token, nullptr, nullptr, nullptr), 0);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // The CUDA backend as the forward pass sees it: its matmul paths against the reference, its
 // decision ops against the defaults, and the whole forward pass of stories260K on cuda vs cpu.
-// Tolerances: F32 matmul 1e-5 · Σ|w·x| (cuBLAS SGEMM, no TF32); F16 up to 8 rows as the F16
-// kernel test; F16 above 8 rows 2e-3 · Σ|w·x| (cuBLAS rounds the activations to half);
+// Tolerances: F32 matmul 1e-5 · Σ|w·x| (cuBLAS SGEMM, no TF32); F16 and BF16 up to 8 rows as the
+// 16-bit kernel test; F16 above 8 rows 2e-3 · Σ|w·x| (cuBLAS rounds the activations to half), BF16
+// 1e-2 (to bfloat16: 8 bits of mantissa);
 // quantized as F16 (the same dequantized values; above 8 rows they are rounded to half too);
 // forward logits 1e-3 absolute on logits of magnitude ~10; greedy tokens identical.
 #include <cmath>
@@ -64,6 +65,17 @@ TEST(CudaBackend, MatmulMatchesTheReference) {
     got = backend_matmul(*be, x, wh.data(), wh.size() * 2, TensorType::kF16, n_rows, n_in, n_out);
     const float rel = n_rows <= 8 ? 1e-5f : 2e-3f;
     for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], rel * bound[i]) << "F16 rows " << n_rows;
+
+    std::vector<uint16_t> wb(w.size()), wb_abs(w.size());
+    kernels::ref_f32_to_bf16(w.data(), static_cast<int64_t>(w.size()), wb.data());
+    for (size_t i = 0; i < wb.size(); ++i) wb_abs[i] = wb[i] & 0x7FFF;
+    kernels::ref_matmul_bf16(x.data(), wb.data(), n_rows, n_in, n_out, want.data());
+    kernels::ref_matmul_bf16(x_abs.data(), wb_abs.data(), n_rows, n_in, n_out, bound.data());
+    got = backend_matmul(*be, x, wb.data(), wb.size() * 2, TensorType::kBF16, n_rows, n_in, n_out);
+    const float rel_bf16 = n_rows <= 8 ? 1e-5f : 1e-2f;
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], rel_bf16 * bound[i]) << "BF16 rows " << n_rows;
+    }
   }
 }
 

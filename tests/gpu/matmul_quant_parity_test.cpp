@@ -41,9 +41,11 @@ QuantWeights quantized(TensorType type, int32_t n_out, int32_t n_in, uint32_t se
 TEST(GpuParity, MatmulQuantizedMatchesTheCpuTwin) {
   HELIOS_REQUIRE_GPU();
   struct Case { int32_t n_rows, n_in, n_out; };
-  // 1-13 rows (8 + 4 + 1 launches); n_in of one block, several, and not a multiple of 32 units per lane.
+  // 1-13 rows (one launch of 8, one of 5); n_in of one block, several, not a multiple of 32 units
+  // per lane, and past one staged stretch of activations (7168 / 2048 / 1024 columns at 1 / 3 / 6 rows).
   for (const TensorType type : kTypes) {
-    for (const Case c : {Case{1, 1536, 333}, Case{3, 256, 64}, Case{8, 4096, 40}, Case{13, 768, 100}}) {
+    for (const Case c : {Case{1, 1536, 333}, Case{3, 256, 64}, Case{8, 4096, 40}, Case{13, 768, 100},
+                         Case{1, 8192, 20}, Case{3, 2560, 30}, Case{6, 3072, 17}}) {
       SCOPED_TRACE(std::string(tensor_type_name(type)) + " rows " + std::to_string(c.n_rows) + " n_in " +
                    std::to_string(c.n_in) + " n_out " + std::to_string(c.n_out));
       const QuantWeights w = quantized(type, c.n_out, c.n_in, c.n_in + c.n_out);

@@ -2,13 +2,17 @@
 // order on one stream. Host arrays (token ids, positions, slots, the attention plan) are copied to
 // device memory as needed; an array sent unchanged for every layer of a pass is sent once.
 //
-// Weights: F32 matrices go through cuBLAS SGEMM; F16 matrices stay in half precision (half the
+// Weights: F32 matrices go through cuBLAS SGEMM; F16 and BF16 matrices stay in 16 bits (half the
 // bytes to read) and go through a matrix-vector kernel for up to kGemvMaxRows rows (decode) and
-// cublasGemmEx, with activations rounded to half, above that (prefill). Quantized matrices (Q8_0,
+// cublasGemmEx, with activations rounded to the weights' type, above that (prefill). Quantized matrices (Q8_0,
 // Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) stay in their GGUF blocks, so decode reads the file's
 // bytes: a matrix-vector kernel dequantizes in registers for up to kGemvMaxRows rows; above that
 // a slice of kDequantRows rows at a time is dequantized to f16 for cublasGemmEx. Other types
 // arrive as F32 (the loader dequantizes them).
+//
+// Swap copies go through pinned host memory (alloc_host) on a copy stream of their own, so they
+// overlap the forward pass on the compute stream; the engine copies only blocks that pass leaves
+// alone, and waits for them (copy_wait) before the blocks are used.
 //
 // Errors: a failing CUDA or cuBLAS call is logged to stderr with the call's name and error; the
 // op returns without its result and error() reports the first failure from then on (the forward
@@ -23,6 +27,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -30,7 +35,7 @@
 namespace helios {
 namespace {
 
-constexpr int32_t kGemvMaxRows = 8;   // F16 rows through the matrix-vector kernel, more via cuBLAS
+constexpr int32_t kGemvMaxRows = 8;   // rows through a matrix-vector kernel (one launch), more via cuBLAS
 constexpr int32_t kDequantRows = 16384;  // weight rows dequantized at a time for a quantized GEMM
 
 bool quantized_type(TensorType t) {
@@ -68,7 +73,7 @@ class CudaBackend final : public Backend {
   void download(float* dst, const float* src, size_t n) override;
   void synchronize() override;
   bool supports_weight_type(TensorType type) const override {
-    return type == TensorType::kF32 || type == TensorType::kF16 || quantized_type(type);
+    return type == TensorType::kF32 || type == TensorType::kF16 || type == TensorType::kBF16 || quantized_type(type);
   }
   bool supports_kv_type(kernels::KvType) const override { return true; }  // f32, f16 and fp8 (E4M3)
 
@@ -92,7 +97,16 @@ class CudaBackend final : public Backend {
                    float eps, float* out) override;
   void exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,
                   float* top1_prob, float* margin, float* entropy) override;
-  Status error() const override { return first_error_.empty() ? ok_status() : internal_error(first_error_); }
+  Status error() const override {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    return first_error_.empty() ? ok_status() : internal_error(first_error_);
+  }
+
+  float* alloc_host(size_t n) override;
+  void free_host(float* p) override;
+  void copy_to_host(float* host_dst, const float* src, size_t n) override;
+  void copy_from_host(float* dst, const float* host_src, size_t n) override;
+  void copy_wait() override;
 
  private:
   // false (and a log line naming `call`) on error.
@@ -105,16 +119,20 @@ class CudaBackend final : public Backend {
 
   int device_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t copy_stream_ = nullptr;  // swap copies, beside the forward pass on stream_
   cublasHandle_t blas_ = nullptr;
   std::unordered_map<const int32_t*, StagedInts> staged_;  // by host array
+  std::vector<int32_t> tile_first_;  // attention's query tiles (one host array, staged like the plan's)
   void* scratch_[kScratchCount] = {};
   size_t scratch_bytes_[kScratchCount] = {};
+  mutable std::mutex error_mu_;  // copies run on another host thread than the forward pass
   mutable int n_errors_ = 0;
   mutable std::string first_error_;  // sticky: after it the device's results are not trusted
 };
 
 bool CudaBackend::ok(cudaError_t e, const char* call) const {
   if (e == cudaSuccess) return true;
+  std::lock_guard<std::mutex> lock(error_mu_);
   if (first_error_.empty()) {
     first_error_ = "CUDA error on " + name() + " in " + call + ": " + cudaGetErrorName(e) + " (" +
                    cudaGetErrorString(e) + ")";
@@ -131,6 +149,7 @@ bool CudaBackend::ok(cudaError_t e, const char* call) const {
 
 bool CudaBackend::ok_blas(cublasStatus_t s, const char* call) const {
   if (s == CUBLAS_STATUS_SUCCESS) return true;
+  std::lock_guard<std::mutex> lock(error_mu_);
   if (first_error_.empty()) {
     first_error_ = "cuBLAS error on " + name() + " in " + call + ": " + cublasGetStatusString(s);
   }
@@ -160,6 +179,9 @@ Status CudaBackend::init() {
   if ((e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)) != cudaSuccess) {
     return fail("cudaStreamCreateWithFlags", cudaGetErrorString(e));
   }
+  if ((e = cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking)) != cudaSuccess) {
+    return fail("cudaStreamCreateWithFlags (copy stream)", cudaGetErrorString(e));
+  }
   cublasStatus_t s = cublasCreate(&blas_);
   if (s != CUBLAS_STATUS_SUCCESS) return fail("cublasCreate", cublasGetStatusString(s));
   if ((s = cublasSetStream(blas_, stream_)) != CUBLAS_STATUS_SUCCESS) {
@@ -175,10 +197,12 @@ Status CudaBackend::init() {
 CudaBackend::~CudaBackend() {
   bind();
   if (stream_) cudaStreamSynchronize(stream_);
+  if (copy_stream_) cudaStreamSynchronize(copy_stream_);
   for (auto& [host, s] : staged_) cudaFree(s.device);
   for (void* p : scratch_) cudaFree(p);
   if (blas_) cublasDestroy(blas_);
   if (stream_) cudaStreamDestroy(stream_);
+  if (copy_stream_) cudaStreamDestroy(copy_stream_);
 }
 
 // --- memory
@@ -217,6 +241,40 @@ void CudaBackend::download(float* dst, const float* src, size_t n) {
 void CudaBackend::synchronize() {
   bind();
   ok(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+float* CudaBackend::alloc_host(size_t n) {
+  bind();
+  if (n > SIZE_MAX / sizeof(float)) return nullptr;
+  void* p = nullptr;
+  // Portable: every device of the process copies from it directly (tensor-parallel ranks).
+  if (cudaHostAlloc(&p, std::max<size_t>(n * sizeof(float), 256), cudaHostAllocPortable) != cudaSuccess) {
+    cudaGetLastError();  // no pinned memory left is an answer (the caller takes plain memory), not a fault
+    return nullptr;
+  }
+  return static_cast<float*>(p);
+}
+
+void CudaBackend::free_host(float* p) {
+  bind();
+  ok(cudaFreeHost(p), "cudaFreeHost");
+}
+
+void CudaBackend::copy_to_host(float* host_dst, const float* src, size_t n) {
+  bind();
+  ok(cudaMemcpyAsync(host_dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, copy_stream_),
+     "copy_to_host (cudaMemcpyAsync)");
+}
+
+void CudaBackend::copy_from_host(float* dst, const float* host_src, size_t n) {
+  bind();
+  ok(cudaMemcpyAsync(dst, host_src, n * sizeof(float), cudaMemcpyHostToDevice, copy_stream_),
+     "copy_from_host (cudaMemcpyAsync)");
+}
+
+void CudaBackend::copy_wait() {
+  bind();
+  ok(cudaStreamSynchronize(copy_stream_), "copy_wait (cudaStreamSynchronize)");
 }
 
 size_t CudaBackend::free_device_bytes() const {
@@ -300,9 +358,9 @@ void CudaBackend::matmul(const float* x, const WeightMatrix& w, int32_t n_rows, 
             "cublasSgemm");
     return;
   }
-  const bool quantized = quantized_type(w.type);
-  if (w.type != TensorType::kF16 && !quantized) {
-    ok(cudaErrorInvalidValue, "matmul (weight type not uploaded as F32, F16 or a quantized type)");
+  const bool quantized = quantized_type(w.type), bf16 = w.type == TensorType::kBF16;
+  if (w.type != TensorType::kF16 && !bf16 && !quantized) {
+    ok(cudaErrorInvalidValue, "matmul (weight type not uploaded as F32, F16, BF16 or a quantized type)");
     return;
   }
   const auto type = static_cast<uint32_t>(w.type);
@@ -310,6 +368,10 @@ void CudaBackend::matmul(const float* x, const WeightMatrix& w, int32_t n_rows, 
     if (quantized) {
       ok_launch(kernels::launch_matmul_quant(type, x, w.data, n_rows, w.n_in, w.n_out, y, stream_),
                 "launch_matmul_quant");
+    } else if (bf16) {
+      ok_launch(kernels::launch_matmul_bf16(x, static_cast<const uint16_t*>(w.data), n_rows, w.n_in, w.n_out, y,
+                                            stream_),
+                "launch_matmul_bf16");
     } else {
       ok_launch(kernels::launch_matmul_f16(x, static_cast<const uint16_t*>(w.data), n_rows, w.n_in, w.n_out, y,
                                            stream_),
@@ -318,6 +380,15 @@ void CudaBackend::matmul(const float* x, const WeightMatrix& w, int32_t n_rows, 
     return;
   }
   const int64_t n_x = static_cast<int64_t>(n_rows) * w.n_in;
+  if (bf16) {  // bfloat16 weights and activations, f32 sums
+    auto* xb = static_cast<uint16_t*>(scratch(kScratchHalfX, n_x * sizeof(uint16_t)));
+    if (!xb || !ok_launch(kernels::launch_f32_to_bf16(x, n_x, xb, stream_), "launch_f32_to_bf16")) return;
+    ok_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, w.n_out, n_rows, w.n_in, &one, w.data, CUDA_R_16BF,
+                         w.n_in, xb, CUDA_R_16BF, w.n_in, &zero, y, CUDA_R_32F, w.n_out, CUBLAS_COMPUTE_32F,
+                         CUBLAS_GEMM_DEFAULT),
+            "cublasGemmEx (BF16)");
+    return;
+  }
   auto* xh = static_cast<uint16_t*>(scratch(kScratchHalfX, n_x * sizeof(uint16_t)));
   if (!xh || !ok_launch(kernels::launch_f32_to_f16(x, n_x, xh, stream_), "launch_f32_to_f16")) return;
   // y[:, o0:o0+n] = x · W[o0:o0+n]^T: column-major, rows o0.. of y^T, whose leading dimension is n_out.
@@ -367,24 +438,24 @@ void CudaBackend::paged_attention(const float* q, const kernels::PagedKV& cache,
                                   float* out) {
   bind();
   if (plan.n_tokens <= 0) return;
-  int32_t max_context = 0, n_seqs = 0;
-  for (int32_t t = 0; t < plan.n_tokens; ++t) {
-    max_context = std::max(max_context, plan.positions[t] + 1);
-    n_seqs = std::max(n_seqs, plan.token_seq[t] + 1);
-  }
+  int32_t n_seqs = 0;
+  for (int32_t t = 0; t < plan.n_tokens; ++t) n_seqs = std::max(n_seqs, plan.token_seq[t] + 1);
+  kernels::AttentionTiles tiles = kernels::attention_tiles(
+      plan, kernels::attention_tile_tokens(n_heads, cache.n_kv_heads, cache.head_dim), &tile_first_);
   kernels::AttentionPlan d_plan = plan;
   d_plan.token_seq = stage(plan.token_seq, plan.n_tokens);
   d_plan.positions = stage(plan.positions, plan.n_tokens);
   d_plan.block_tables = stage(plan.block_tables, static_cast<size_t>(n_seqs) * plan.max_blocks_per_seq);
-  if (!d_plan.token_seq || !d_plan.positions || !d_plan.block_tables) return;
+  tiles.first = stage(tile_first_.data(), tile_first_.size());
+  if (!d_plan.token_seq || !d_plan.positions || !d_plan.block_tables || !tiles.first) return;
   const int64_t ws_floats = kernels::paged_attention_workspace_floats(
-      plan.n_tokens, n_heads, cache.n_kv_heads, cache.head_dim, max_context);
+      plan.n_tokens, n_heads, cache.n_kv_heads, cache.head_dim, tiles.span);
   float* ws = nullptr;
   if (ws_floats > 0) {
     ws = static_cast<float*>(scratch(kScratchAttention, ws_floats * sizeof(float)));
     if (!ws) return;
   }
-  ok_launch(kernels::launch_paged_attention(q, cache, d_plan, n_heads, scale, max_context, ws, out, stream_),
+  ok_launch(kernels::launch_paged_attention(q, cache, d_plan, n_heads, scale, tiles, ws, out, stream_),
             "launch_paged_attention");
 }
 

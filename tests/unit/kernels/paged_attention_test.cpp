@@ -178,6 +178,42 @@ TEST(CpuPagedAttention, SplitsFollowTheLongestContextOnly) {
   EXPECT_EQ(kernels::cpu_attention_work(one, 9, 3, 64).workspace_floats, 0);
 }
 
+// The CUDA launcher sizes its splits from the plan's contexts: the longest and their sum.
+TEST(ContextSpan, IsTheLongestContextAndTheSum) {
+  const std::vector<int32_t> seq{0, 0, 1, 2}, pos{4, 5, 99, 0};
+  const kernels::AttentionPlan plan{4, seq.data(), pos.data(), nullptr, 1};
+  const kernels::ContextSpan span = kernels::context_span(plan);
+  EXPECT_EQ(span.longest, 100);
+  EXPECT_EQ(span.total, 5 + 6 + 100 + 1);
+  const kernels::AttentionPlan empty{0, seq.data(), pos.data(), nullptr, 1};
+  EXPECT_EQ(kernels::context_span(empty).longest, 0);
+  EXPECT_EQ(kernels::context_span(empty).total, 0);
+}
+
+// Query tiles: runs of one sequence's tokens, cut at the tile size and where the sequence changes;
+// the span sums each tile's longest context.
+TEST(AttentionTiles, CutAtTheSizeAndAtEachSequence) {
+  // a 5-token chunk of seq 0 (positions 10..14), a decode of seq 1, a 3-token prompt of seq 2
+  const std::vector<int32_t> seq{0, 0, 0, 0, 0, 1, 2, 2, 2}, pos{10, 11, 12, 13, 14, 40, 0, 1, 2};
+  const kernels::AttentionPlan plan{9, seq.data(), pos.data(), nullptr, 1};
+  std::vector<int32_t> first;
+  kernels::AttentionTiles tiles = kernels::attention_tiles(plan, 2, &first);
+  EXPECT_EQ(first, (std::vector<int32_t>{0, 2, 4, 5, 6, 8, 9}));
+  EXPECT_EQ(tiles.n_tiles, 6);
+  EXPECT_EQ(tiles.first, first.data());
+  EXPECT_EQ(tiles.span.longest, 41);
+  EXPECT_EQ(tiles.span.total, 12 + 14 + 15 + 41 + 2 + 3);
+  tiles = kernels::attention_tiles(plan, 16, &first);
+  EXPECT_EQ(first, (std::vector<int32_t>{0, 5, 6, 9}));
+  EXPECT_EQ(tiles.span.total, 15 + 41 + 3);
+  tiles = kernels::attention_tiles(plan, 1, &first);  // one token a tile: the plan's own span
+  EXPECT_EQ(tiles.n_tiles, 9);
+  EXPECT_EQ(tiles.span.total, kernels::context_span(plan).total);
+  const kernels::AttentionPlan empty{0, seq.data(), pos.data(), nullptr, 1};
+  EXPECT_EQ(kernels::attention_tiles(empty, 4, &first).n_tiles, 0);
+  EXPECT_EQ(first, (std::vector<int32_t>{0}));
+}
+
 // A token's result is the same bits whatever else is in the batch: alone, or beside a much longer
 // context that splits the batch more.
 TEST(CpuPagedAttention, ATokensResultDoesNotDependOnTheBatch) {
