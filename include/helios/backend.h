@@ -110,6 +110,9 @@ class Backend {
   virtual void copy_to_host(float* host_dst, const float* src, size_t n_floats) { download(host_dst, src, n_floats); }
   virtual void copy_from_host(float* dst, const float* host_src, size_t n_floats) { upload(dst, host_src, n_floats); }
   virtual void copy_wait() {}
+  // Copies issued after this wait for the work enqueued before it (the passes that wrote the
+  // blocks they read, or still read the blocks they overwrite). The default: nothing to order.
+  virtual void copy_fence() {}
 };
 
 // `n_threads` ≤ 0 means one per core.

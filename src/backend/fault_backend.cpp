@@ -73,6 +73,7 @@ class FaultBackend final : public Backend {
   void copy_to_host(float* dst, const float* src, size_t n) override { inner_->copy_to_host(dst, src, n); }
   void copy_from_host(float* dst, const float* src, size_t n) override { inner_->copy_from_host(dst, src, n); }
   void copy_wait() override { inner_->copy_wait(); }
+  void copy_fence() override { inner_->copy_fence(); }
   bool supports_weight_type(TensorType t) const override { return inner_->supports_weight_type(t); }
   bool supports_kv_type(kernels::KvType t) const override { return inner_->supports_kv_type(t); }
   void embedding(const int32_t* tokens, int32_t n_tokens, const float* table, int32_t dim, float* out) override {

@@ -102,9 +102,11 @@ int64_t KvCacheStorage::words_per_block() const {
   return n;
 }
 
-// Each block's copies go out on the backends' copy streams and are waited for once, at the end.
+// Each block's copies go out on the backends' copy streams, after the work already enqueued (the
+// passes that wrote the block), and are waited for once, at the end.
 void KvCacheStorage::read_block(int32_t block_id, float* host_dst) const {
   const int64_t n = words_per_layer_block();
+  backend_->copy_fence();
   for (size_t l = 0; l < k_.size(); ++l) {
     backend_->copy_to_host(host_dst, k_[l].data() + block_id * n, n);
     backend_->copy_to_host(host_dst + n, v_[l].data() + block_id * n, n);
@@ -119,6 +121,7 @@ void KvCacheStorage::read_block(int32_t block_id, float* host_dst) const {
 
 void KvCacheStorage::write_block(int32_t block_id, const float* host_src) {
   const int64_t n = words_per_layer_block();
+  backend_->copy_fence();
   for (size_t l = 0; l < k_.size(); ++l) {
     backend_->copy_from_host(k_[l].data() + block_id * n, host_src, n);
     backend_->copy_from_host(v_[l].data() + block_id * n, host_src + n, n);

@@ -11,8 +11,10 @@
 // arrive as F32 (the loader dequantizes them).
 //
 // Swap copies go through pinned host memory (alloc_host) on a copy stream of their own, so they
-// overlap the forward pass on the compute stream; the engine copies only blocks that pass leaves
-// alone, and waits for them (copy_wait) before the blocks are used.
+// overlap the forward pass on the compute stream: copy_fence makes them wait for the compute work
+// enqueued so far (earlier passes wrote the blocks, and a pass need not end in a wait), the engine
+// copies only blocks the pass in flight leaves alone, and copy_wait ends them before the blocks
+// are used.
 //
 // Errors: a failing CUDA or cuBLAS call is logged to stderr with the call's name and error; the
 // op returns without its result and error() reports the first failure from then on (the forward
@@ -107,6 +109,7 @@ class CudaBackend final : public Backend {
   void copy_to_host(float* host_dst, const float* src, size_t n) override;
   void copy_from_host(float* dst, const float* host_src, size_t n) override;
   void copy_wait() override;
+  void copy_fence() override;
 
  private:
   // false (and a log line naming `call`) on error.
@@ -120,6 +123,8 @@ class CudaBackend final : public Backend {
   int device_;
   cudaStream_t stream_ = nullptr;
   cudaStream_t copy_stream_ = nullptr;  // swap copies, beside the forward pass on stream_
+  cudaEvent_t fence_ = nullptr;          // stream_'s work so far, for copy_stream_ to wait on
+  std::mutex fence_mu_;                  // copies may be issued from another thread than the pass
   cublasHandle_t blas_ = nullptr;
   std::unordered_map<const int32_t*, StagedInts> staged_;  // by host array
   std::vector<int32_t> tile_first_;  // attention's query tiles (one host array, staged like the plan's)
@@ -182,6 +187,9 @@ Status CudaBackend::init() {
   if ((e = cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking)) != cudaSuccess) {
     return fail("cudaStreamCreateWithFlags (copy stream)", cudaGetErrorString(e));
   }
+  if ((e = cudaEventCreateWithFlags(&fence_, cudaEventDisableTiming)) != cudaSuccess) {
+    return fail("cudaEventCreateWithFlags", cudaGetErrorString(e));
+  }
   cublasStatus_t s = cublasCreate(&blas_);
   if (s != CUBLAS_STATUS_SUCCESS) return fail("cublasCreate", cublasGetStatusString(s));
   if ((s = cublasSetStream(blas_, stream_)) != CUBLAS_STATUS_SUCCESS) {
@@ -203,6 +211,7 @@ CudaBackend::~CudaBackend() {
   if (blas_) cublasDestroy(blas_);
   if (stream_) cudaStreamDestroy(stream_);
   if (copy_stream_) cudaStreamDestroy(copy_stream_);
+  if (fence_) cudaEventDestroy(fence_);
 }
 
 // --- memory
@@ -270,6 +279,14 @@ void CudaBackend::copy_from_host(float* dst, const float* host_src, size_t n) {
   bind();
   ok(cudaMemcpyAsync(dst, host_src, n * sizeof(float), cudaMemcpyHostToDevice, copy_stream_),
      "copy_from_host (cudaMemcpyAsync)");
+}
+
+void CudaBackend::copy_fence() {
+  bind();
+  std::lock_guard<std::mutex> lock(fence_mu_);
+  if (ok(cudaEventRecord(fence_, stream_), "copy_fence (cudaEventRecord)")) {
+    ok(cudaStreamWaitEvent(copy_stream_, fence_, 0), "copy_fence (cudaStreamWaitEvent)");
+  }
 }
 
 void CudaBackend::copy_wait() {
