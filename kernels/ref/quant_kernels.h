@@ -136,6 +136,25 @@ inline void steps(int32_t i, int32_t end, F&& f) {
   if constexpr (N > 1) steps<N / 2>(i, end, f);
 }
 
+// f.template operator()<end - i>(i) when end - i is M or less (and more than 0).
+template <int M, typename F>
+inline void tail_step(int32_t i, int32_t end, F&& f) {
+  if (end - i == M) {
+    f.template operator()<M>(i);
+  } else if constexpr (M > 1) {
+    tail_step<M - 1>(i, end, f);
+  }
+}
+
+// As steps<N>, but what is left after the steps of N goes in one step of its own size (1 to
+// N - 1): over activation rows, the weights then pass over them once, not once per power of two
+// (3 rows were a tile of 2 and one of 1, costing about what 4 rows do).
+template <int N, typename F>
+inline void steps_exact(int32_t i, int32_t end, F&& f) {
+  for (; i + N <= end; i += N) f.template operator()<N>(i);
+  if constexpr (N > 1) tail_step<N - 1>(i, end, f);
+}
+
 // The tiles over weight rows [out_begin, out_end) × activation rows [r0, r1): group(o, k) before
 // the k weight rows from o, then tile.template operator()<K', R'>(o, r) for each tile of them,
 // the edges in tiles of halving sizes.

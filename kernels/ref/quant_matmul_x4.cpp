@@ -498,8 +498,9 @@ struct TileQ6KAvx512 {
 #endif
 
 // Groups of 4 weight rows [out_begin, out_end) against the activation rows, in chunks that stay in
-// L2 while the weights pass over them, R activation rows per tile; with a Pair8 tile, two groups
-// to a tile wherever two remain (NoPair: a group at a time).
+// L2 while the weights pass over them, R activation rows per tile and the rows left over in one
+// tile of their own count; with a Pair8 tile, two groups to a tile wherever two remain (NoPair: a
+// group at a time).
 struct NoPair {};
 template <typename X4, int R, typename Tile, typename Pair8 = NoPair>
 void matmul_x4(const Tile& tile, const void* w, const void* xq, int nb, int32_t n_rows, int32_t n_out,
@@ -513,7 +514,7 @@ void matmul_x4(const Tile& tile, const void* w, const void* xq, int nb, int32_t 
     for (int32_t o = out_begin; o < out_end;) {
       const X4* wg = wb + static_cast<int64_t>(o / 4) * nb;
       const bool two = kPairs && o + 8 <= out_end;
-      steps<R>(r0, r1, [&]<int RT>(int32_t r) {
+      steps_exact<R>(r0, r1, [&]<int RT>(int32_t r) {
         const BlockQ8_K* xs[RT];
         for (int i = 0; i < RT; ++i) xs[i] = xb + static_cast<int64_t>(r + i) * nb;
         if constexpr (kPairs) {

@@ -150,8 +150,9 @@ TEST_P(Interleaved, EqualsTheExactProductAsCloselyAsTheRowKernel) {
   EXPECT_LE(worst_x4, 2 * worst_rows + 1e-6) << "row kernel " << worst_rows;
 }
 
-// Batches that leave every edge tile (8, 4, 2, 1 activation rows), output ranges split on the
-// 4-row grid as the thread pool splits them, and rows enough for several L2 chunks.
+// Batches that leave edge tiles of every size (1 to 7 activation rows after the whole tiles),
+// output ranges split on the 4-row grid as the thread pool splits them, and rows enough for
+// several L2 chunks.
 TEST_P(Interleaved, VectorCodeGivesTheScalarBitsForEveryBatchShape) {
   const uint32_t type = GetParam();
   struct Shape {
