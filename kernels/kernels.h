@@ -197,12 +197,11 @@ int launch_rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_
 int launch_kv_write(const float* k, const float* v, const int32_t* slots, int32_t n_tokens,
                     const PagedKV& cache, void* stream);
 
-// The contexts a plan's tokens attend over: the longest (largest position + 1) and their sum.
+// Contexts attended over: the longest (largest position + 1) and their sum.
 struct ContextSpan {
   int32_t longest = 0;
   int64_t total = 0;
 };
-ContextSpan context_span(const AttentionPlan& plan);  // the plan's arrays in host memory
 
 // Query tiles for the CUDA attention: runs of at most tile_tokens consecutive tokens of one
 // sequence (a prefill chunk in pieces; a decode is a tile of its own), whose query heads share

@@ -166,28 +166,19 @@ class HostBuffer {
  public:
   HostBuffer() = default;
   HostBuffer(Backend* backend, size_t n_floats);
-  ~HostBuffer() { reset(); }
-  HostBuffer(HostBuffer&& o) noexcept { *this = std::move(o); }
-  HostBuffer& operator=(HostBuffer&& o) noexcept {
-    if (this != &o) {
-      reset();
-      std::swap(backend_, o.backend_);
-      std::swap(data_, o.data_);
-      std::swap(size_, o.size_);
-    }
-    return *this;
-  }
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
 
-  float* get() const { return data_; }
-  size_t size() const { return size_; }
+  float* get() const { return data_.get(); }
+  size_t size() const { return data_ ? size_ : 0; }
   bool empty() const { return data_ == nullptr; }
-  void reset();
+  void reset() { data_.reset(); }
 
  private:
-  Backend* backend_ = nullptr;  // the backend whose alloc_host gave data_; null for plain memory
-  float* data_ = nullptr;
+  // Frees through the backend whose alloc_host gave the memory; null: plain memory.
+  struct Free {
+    Backend* backend;  // no initializer: a default-constructible deleter inside the class
+    void operator()(float* p) const;
+  };
+  std::unique_ptr<float[], Free> data_;
   size_t size_ = 0;
 };
 

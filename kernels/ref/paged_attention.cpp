@@ -101,15 +101,6 @@ void ref_paged_attention(const float* q, const PagedKV& cache, const AttentionPl
   }
 }
 
-ContextSpan context_span(const AttentionPlan& plan) {
-  ContextSpan span;
-  for (int32_t t = 0; t < plan.n_tokens; ++t) {
-    span.longest = std::max(span.longest, plan.positions[t] + 1);
-    span.total += plan.positions[t] + 1;
-  }
-  return span;
-}
-
 AttentionTiles attention_tiles(const AttentionPlan& plan, int32_t tile_tokens, std::vector<int32_t>* first) {
   AttentionTiles tiles;
   tiles.tile_tokens = std::max(tile_tokens, 1);

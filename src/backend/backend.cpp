@@ -79,27 +79,20 @@ float* Backend::alloc_host(size_t n_floats) {
 void Backend::free_host(float* p) { delete[] p; }
 
 HostBuffer::HostBuffer(Backend* backend, size_t n_floats) : size_(n_floats) {
-  if (n_floats == 0 || n_floats > SIZE_MAX / sizeof(float)) {
-    size_ = 0;
-    return;
-  }
-  if ((data_ = backend->alloc_host(n_floats))) {
-    backend_ = backend;
+  if (n_floats == 0 || n_floats > SIZE_MAX / sizeof(float)) return;
+  if (float* pinned = backend->alloc_host(n_floats)) {
+    data_ = std::unique_ptr<float[], Free>(pinned, Free{backend});
   } else {
-    data_ = new (std::nothrow) float[n_floats];
+    data_ = std::unique_ptr<float[], Free>(new (std::nothrow) float[n_floats], Free{nullptr});
   }
-  if (!data_) size_ = 0;
 }
 
-void HostBuffer::reset() {
-  if (backend_) {
-    backend_->free_host(data_);
+void HostBuffer::Free::operator()(float* p) const {
+  if (backend) {
+    backend->free_host(p);
   } else {
-    delete[] data_;
+    delete[] p;
   }
-  backend_ = nullptr;
-  data_ = nullptr;
-  size_ = 0;
 }
 
 }  // namespace helios

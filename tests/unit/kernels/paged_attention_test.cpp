@@ -178,18 +178,6 @@ TEST(CpuPagedAttention, SplitsFollowTheLongestContextOnly) {
   EXPECT_EQ(kernels::cpu_attention_work(one, 9, 3, 64).workspace_floats, 0);
 }
 
-// The CUDA launcher sizes its splits from the plan's contexts: the longest and their sum.
-TEST(ContextSpan, IsTheLongestContextAndTheSum) {
-  const std::vector<int32_t> seq{0, 0, 1, 2}, pos{4, 5, 99, 0};
-  const kernels::AttentionPlan plan{4, seq.data(), pos.data(), nullptr, 1};
-  const kernels::ContextSpan span = kernels::context_span(plan);
-  EXPECT_EQ(span.longest, 100);
-  EXPECT_EQ(span.total, 5 + 6 + 100 + 1);
-  const kernels::AttentionPlan empty{0, seq.data(), pos.data(), nullptr, 1};
-  EXPECT_EQ(kernels::context_span(empty).longest, 0);
-  EXPECT_EQ(kernels::context_span(empty).total, 0);
-}
-
 // Query tiles: runs of one sequence's tokens, cut at the tile size and where the sequence changes;
 // the span sums each tile's longest context.
 TEST(AttentionTiles, CutAtTheSizeAndAtEachSequence) {
@@ -206,11 +194,15 @@ TEST(AttentionTiles, CutAtTheSizeAndAtEachSequence) {
   tiles = kernels::attention_tiles(plan, 16, &first);
   EXPECT_EQ(first, (std::vector<int32_t>{0, 5, 6, 9}));
   EXPECT_EQ(tiles.span.total, 15 + 41 + 3);
-  tiles = kernels::attention_tiles(plan, 1, &first);  // one token a tile: the plan's own span
+  tiles = kernels::attention_tiles(plan, 1, &first);  // one token a tile: every token's own context
   EXPECT_EQ(tiles.n_tiles, 9);
-  EXPECT_EQ(tiles.span.total, kernels::context_span(plan).total);
+  EXPECT_EQ(tiles.span.longest, 41);
+  EXPECT_EQ(tiles.span.total, 11 + 12 + 13 + 14 + 15 + 41 + 1 + 2 + 3);
   const kernels::AttentionPlan empty{0, seq.data(), pos.data(), nullptr, 1};
-  EXPECT_EQ(kernels::attention_tiles(empty, 4, &first).n_tiles, 0);
+  tiles = kernels::attention_tiles(empty, 4, &first);
+  EXPECT_EQ(tiles.n_tiles, 0);
+  EXPECT_EQ(tiles.span.longest, 0);
+  EXPECT_EQ(tiles.span.total, 0);
   EXPECT_EQ(first, (std::vector<int32_t>{0}));
 }
 
