@@ -3,6 +3,7 @@
 // checked against its `ref_` twin. Plain types only: no CUDA, no gRPC, no Helios classes.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -182,6 +183,38 @@ void cpu_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_
 // log Σ e^x over n logits (the softmax's normaliser), as cpu_exit_stats sums it.
 double cpu_log_sum_exp(const float* logits, int32_t n);
 
+// Sampling a token from a row of logits where the logits are (the host sampler's steps as data:
+// helios::Sampler::plan_draw). One adjustment per token the penalties touch, applied in the host
+// order: y = x + bias; with `repeat`, y = y > 0 ? y / repetition_penalty : y * repetition_penalty;
+// then y -= subtract (frequency · count + presence).
+struct LogitAdjust {
+  int32_t token = 0;
+  float bias = 0.0f;
+  int32_t repeat = 0;  // 1: the token is in the repetition window
+  float subtract = 0.0f;
+};
+struct SampleRow {
+  int32_t logits_row = 0;           // which row of the logits
+  float temperature = 0.0f;         // 0: the argmax of the adjusted row (no draw)
+  int32_t top_k = 0;                // 0: off
+  float top_p = 1.0f;               // 1: off
+  float min_p = 0.0f;               // 0: off
+  float repetition_penalty = 1.0f;
+  double uniform = 0.0;             // the draw, in [0, 1): the host's generate_canonical<double, 53>
+  int32_t adjust_begin = 0, adjust_end = 0;  // its LogitAdjust entries (each token at most once)
+};
+// For each row: z = adjusted logits / temperature, ordered by z descending (ties: the lower id);
+// the first min(top_k, n_vocab) kept; p(i) = float(e^(z_i − z_0) / Σ e^(z_j − z_0)) summed in
+// double over those; top-p keeps the shortest prefix whose Σ p reaches top_p; min-p the prefix with
+// p ≥ min_p · p(0) (at least one); the token is the first whose running Σ p reaches
+// uniform · Σ_kept p (else the last kept). token[r]: the id; logprob[r]: its log-softmax over the
+// raw row (x[token] − log Σ e^x, as cpu_log_sum_exp). Sums over the whole vocabulary go by id,
+// over a cut prefix in order, as helios::Sampler sums them, so this twin takes the sampler's token
+// to the bit; the CUDA kernel sums in another order, so its draw differs where one lands within
+// rounding of a boundary between two tokens.
+void ref_sample_rows(const float* logits, int32_t n_vocab, const SampleRow* rows, int32_t n_rows,
+                     const LogitAdjust* adjust, int32_t* token, float* logprob);
+
 // --- CUDA launchers (HELIOS_CUDA builds; kernels/cuda/). Same parameters as the ref_ twin plus
 // a stream (a cudaStream_t, opaque here); they return 0 or the cudaError_t of the launch.
 // Every pointer is device memory unless its name says host.
@@ -249,5 +282,12 @@ int launch_dequantize_f16(uint32_t weight_type, const void* w, int32_t n_rows, i
                           void* stream);
 int launch_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,
                       float* top1_prob, float* margin, float* entropy, void* stream);
+// ref_sample_rows for rows, adjust, token and logprob in device memory, with `workspace` of
+// sample_rows_workspace_bytes(n_rows, n_vocab) bytes (the rows' sort keys and ids, twice, and the
+// sort's own storage).
+size_t sample_rows_workspace_bytes(int32_t n_rows, int32_t n_vocab);
+int launch_sample_rows(const float* logits, int32_t n_vocab, const SampleRow* rows, int32_t n_rows,
+                       const LogitAdjust* adjust, void* workspace, size_t workspace_bytes, int32_t* token,
+                       float* logprob, void* stream);
 
 }  // namespace helios::kernels

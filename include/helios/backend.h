@@ -98,6 +98,12 @@ class Backend {
   // kernels::ref_exit_stats.
   virtual void exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* host_top1,
                           float* host_top1_prob, float* host_margin, float* host_entropy);
+  // A token drawn from each of n_rows rows of logits (rows of n_vocab; SampleRow::logits_row says
+  // which) as kernels::ref_sample_rows, into host arrays [n_rows], so the rows need not come down.
+  // host_adjust: [n_adjust], the rows' ranges of it. The default downloads the rows for the twin.
+  virtual void sample_rows(const float* logits, int32_t n_vocab, const kernels::SampleRow* host_rows, int32_t n_rows,
+                           const kernels::LogitAdjust* host_adjust, int32_t n_adjust, int32_t* host_token,
+                           float* host_logprob);
 
   // --- block copies beside the forward pass (KV swap), optional
   // Host memory the device copies to and from without staging it (pinned, on CUDA); nullptr

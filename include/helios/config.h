@@ -94,6 +94,9 @@ struct EngineConfig {
   // they end, until blocks run out (helios/prefix_cache.h).
   bool prefix_caching = true;
   int64_t swap_space_bytes = 1LL << 30;    // host memory for swapped-out KV blocks (preemption: swap; paused KV)
+  // Sampled tokens drawn where the logits are (EngineOptions::device_sampling); unset ("auto") =
+  // on for a backend with memory of its own (CUDA), off on the CPU, where the rows are already here.
+  std::optional<bool> device_sampling;
 };
 
 struct LimitsConfig {

@@ -148,6 +148,10 @@ struct EngineOptions {
   // Full blocks of computed prefixes shared between requests and kept after they end
   // (helios/prefix_cache.h); outputs are the same with it off.
   bool prefix_caching = true;
+  // Sampled (non-greedy) tokens are drawn where the logits are (Backend::sample_rows) instead of
+  // on the host from downloaded rows; the tokens are the same on the CPU, and on a device within
+  // rounding (kernels::ref_sample_rows). Rows with a grammar or top logprobs come down either way.
+  bool device_sampling = false;
   int32_t queue_limit = 256;           // requests not yet finished, at most
   SchedulerLimits scheduler;
   InterceptConfig intercepts;

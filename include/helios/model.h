@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "helios/early_exit.h"
 #include "helios/kv_cache.h"
 #include "helios/model_config.h"
+#include "helios/sampler.h"
 #include "helios/tensor_parallel.h"
 #include "helios/tokenizer.h"
 #include "helios/weights.h"
@@ -49,6 +51,10 @@ struct SequenceBatchEntry {
   // come from the device's statistics (ForwardResult::row_top1) and the logits stay there, so
   // the row's ForwardResult::row() is not filled.
   bool top1_only = false;
+  // Its rows' tokens are drawn where the logits are (Backend::sample_rows) with this plan
+  // (RequestOutput::device_draw): ForwardResult::row_token has them, and the rows' row() is not
+  // filled. Not with top1_only.
+  std::optional<SampleDraw> draw;
 };
 
 struct ForwardBatch {
@@ -85,6 +91,8 @@ struct ForwardResult {
                                         // for a full-depth row with a cheap measure)
   std::vector<int32_t> row_top1;        // [n_rows] its logits' most likely id (lowest on ties)
   std::vector<float> row_top1_prob;     // [n_rows] that id's softmax probability
+  std::vector<int32_t> row_token;       // [n_rows] the token drawn for an entry with a draw, else -1
+  std::vector<float> row_token_logprob; // [n_rows] its log-probability under the raw logits
   std::vector<float> hidden;            // [n_tokens, n_embd] when return_hidden
   std::vector<std::vector<float>> captured;  // per capture layer: [n_rows, n_embd]
   std::vector<int32_t> observed_layers;      // observe_exits: the exit points observed, ascending
@@ -248,7 +256,8 @@ class Model {
   // Of the first n rows of the logits (rows of `vocab` entries where given, else n_vocab).
   std::vector<ConfidenceStats> logit_stats(int32_t n_rows, int32_t vocab = 0);
   // Workspace logits rows (of `vocab` entries, else n_vocab) into the result, kLogitOff past them,
-  // with their statistics' top-1; a top1_only row keeps the statistics alone.
+  // with their statistics' top-1; a top1_only row keeps the statistics alone, a row with a draw
+  // its token from Backend::sample_rows.
   struct KeptRow {
     int32_t logits_row = 0, result_row = 0;
     ConfidenceStats stats;

@@ -58,6 +58,12 @@ class RequestOutput {
   // statistics (ForwardResult::row_top1), and its logprob as log(top1_prob).
   bool reads_only_top1() const;
   TokenEvent take_top1(TokenId top1, float top1_prob, int32_t exit_layer, float confidence);
+  // The draw take() would make, as data for the device that holds the row (Backend::sample_rows),
+  // where take() needs nothing of the row but the token and its logprob: no grammar, no top
+  // logprobs (Sampler::plan_draw says which samplers can be put so). Draws the request's random
+  // number now; take_drawn() then takes the device's token. nullopt: the row must come down.
+  std::optional<SampleDraw> device_draw(const std::vector<TokenId>& history, int32_t n_vocab);
+  TokenEvent take_drawn(TokenId token, float logprob, int32_t exit_layer, float confidence);
   FinishReason finish() const { return finish_; }
   int32_t n_generated() const { return n_generated_; }  // over every segment
   int32_t remaining() const { return options_.max_tokens - (n_generated_ - segment_start_); }

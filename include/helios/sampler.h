@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "helios/status.h"
+#include "kernels/kernels.h"
 #include "helios/tokenizer.h"
 
 namespace helios {
@@ -32,16 +35,33 @@ struct SamplingParams {
   Status validate() const;
 };
 
+// What Sampler::sample would do to a row of logits, as data for the device that holds the row
+// (Backend::sample_rows): its parameters and random number, and one adjustment per token the
+// bias and penalties change.
+struct SampleDraw {
+  kernels::SampleRow row;                    // logits_row and the adjust range: the caller's
+  std::vector<kernels::LogitAdjust> adjust;  // by token, ascending
+};
+
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
   // `logits` is modified (bias, penalties, temperature); `history` holds the tokens so far.
   TokenId sample(float* logits, int32_t n_vocab, const std::vector<TokenId>& history);
+  // The same draw made elsewhere: kernels::ref_sample_rows on the row with this plan takes the
+  // token sample() would. Consumes the random number sample() would. nullopt where sample()
+  // cannot be put so: a logit_bias naming a token twice (its biases add in sequence).
+  std::optional<SampleDraw> plan_draw(const std::vector<TokenId>& history, int32_t n_vocab);
   // The token the generation took (after any redraw): what the presence and frequency penalties count.
   void accept(TokenId token);
 
  private:
+  // u in [0, 1), as uniform_real_distribution<double> draws it from rng_ (one call per draw).
+  double draw_uniform() { return std::generate_canonical<double, std::numeric_limits<double>::digits>(rng_); }
+  // The tokens of the repetition window, each once, in [0, n_vocab).
+  std::vector<TokenId> repeated_tokens(const std::vector<TokenId>& history, int32_t n_vocab) const;
+
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::unordered_map<TokenId, int32_t> generated_;  // token -> times generated

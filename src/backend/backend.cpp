@@ -31,6 +31,19 @@ void Backend::exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, i
                           host_entropy);
 }
 
+void Backend::sample_rows(const float* logits, int32_t n_vocab, const kernels::SampleRow* host_rows, int32_t n_rows,
+                          const kernels::LogitAdjust* host_adjust, int32_t /*n_adjust*/, int32_t* host_token,
+                          float* host_logprob) {
+  std::vector<float> host(static_cast<size_t>(n_rows) * n_vocab);
+  std::vector<kernels::SampleRow> rows(host_rows, host_rows + n_rows);
+  for (int32_t r = 0; r < n_rows; ++r) {  // row r of `host`: the twin reads only the rows sampled
+    download(host.data() + static_cast<size_t>(r) * n_vocab, logits + static_cast<size_t>(rows[r].logits_row) * n_vocab,
+             n_vocab);
+    rows[r].logits_row = r;
+  }
+  kernels::ref_sample_rows(host.data(), n_vocab, rows.data(), n_rows, host_adjust, host_token, host_logprob);
+}
+
 Status dequantize_weight_row(const WeightMatrix& w, int32_t row, float* out) {
   const int64_t row_bytes = tensor_row_bytes(w.type, w.n_in);
   const uint8_t* src = static_cast<const uint8_t*>(w.data) + row * row_bytes;

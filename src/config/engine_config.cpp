@@ -1,5 +1,5 @@
 // engine: backend, threads, kv_cache, kv_cache_type, block_size, max_batched_tokens, max_seqs,
-// queue_limit, preemption, swap_space, prefix_caching.
+// queue_limit, preemption, swap_space, prefix_caching, device_sampling.
 #include <charconv>
 #include <cmath>
 
@@ -65,7 +65,7 @@ Status read_engine_config(const ConfigSource& source, const YAML::Node& node,
       MapReader engine,
       MapReader::open(source, node, where, "engine",
                       {"backend", "threads", "tensor_parallel", "kv_cache", "kv_cache_type", "block_size", "max_batched_tokens",
-                       "max_seqs", "queue_limit", "preemption", "swap_space", "prefix_caching"}));
+                       "max_seqs", "queue_limit", "preemption", "swap_space", "prefix_caching", "device_sampling"}));
 
   HELIOS_RETURN_IF_ERROR(engine.read_choice<std::string>(
       "backend", {{"cpu", "cpu"}, {"cuda", "cuda"}}, &out->backend));
@@ -121,6 +121,10 @@ Status read_engine_config(const ConfigSource& source, const YAML::Node& node,
                                  "; set swap_space (e.g. 1GiB) or use preemption: recompute");
   }
   HELIOS_RETURN_IF_ERROR(engine.read_bool("prefix_caching", &out->prefix_caching));
+  std::string device_sampling = "auto";
+  HELIOS_RETURN_IF_ERROR(engine.read_choice<std::string>(
+      "device_sampling", {{"auto", "auto"}, {"on", "on"}, {"off", "off"}}, &device_sampling));
+  if (device_sampling != "auto") out->device_sampling = device_sampling == "on";
   return ok_status();
 }
 

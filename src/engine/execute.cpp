@@ -24,6 +24,9 @@ bool Engine::Impl::run_batch(const SchedulerOutput& out, const std::vector<size_
     // A recompute after preemption: every generated token leaves where it left the first time.
     e.known_exit_layers = r.known_exit_layers(s.start_pos, s.n_tokens);
     e.top1_only = r.output.reads_only_top1();  // greedy: the device's top-1, no logits to the host
+    if (s.samples && !e.top1_only && options.device_sampling) {
+      e.draw = live[s.id]->output.device_draw(tokens, model.config().n_vocab);  // drawn there, not here
+    }
     batch.seqs.push_back(std::move(e));
     // Observe mode computes the same tokens, so the whole batch runs it when one request asks.
     batch.observe_exits = batch.observe_exits || r.request.observe_exits;

@@ -26,10 +26,18 @@ GenerationUpdate LiveRequest::on_row(const ForwardResult& fr, size_t row, const 
                                      const Tokenizer& tokenizer) {
   GenerationUpdate u;
   const int32_t exit_layer = fr.row_exit_layer[row];
-  // A greedy row read for its top-1 alone came without its logits (SequenceBatchEntry::top1_only).
-  TokenEvent ev = output.reads_only_top1()
-                      ? output.take_top1(fr.row_top1[row], fr.row_top1_prob[row], exit_layer, fr.row_confidence[row])
-                      : output.take(fr.row(row), fr.n_vocab, history, exit_layer, fr.row_confidence[row]);
+  // A greedy row read for its top-1 alone, or a row whose token was drawn on the device, came
+  // without its logits (SequenceBatchEntry::top1_only, ::draw).
+  const float confidence = fr.row_confidence[row];
+  const bool drawn = row < fr.row_token.size() && fr.row_token[row] >= 0;
+  TokenEvent ev;
+  if (output.reads_only_top1()) {
+    ev = output.take_top1(fr.row_top1[row], fr.row_top1_prob[row], exit_layer, confidence);
+  } else if (drawn) {
+    ev = output.take_drawn(fr.row_token[row], fr.row_token_logprob[row], exit_layer, confidence);
+  } else {
+    ev = output.take(fr.row(row), fr.n_vocab, history, exit_layer, confidence);
+  }
   ev.observed = observations(fr, row);
   // The row that produced the token is the last one of the history.
   const size_t position = history.size() - 1;

@@ -186,10 +186,35 @@ std::vector<ConfidenceStats> Model::logit_stats(int32_t n_rows, int32_t vocab) {
 void Model::keep_logits(Pass& p, const std::vector<KeptRow>& kept, int32_t vocab) {
   const int32_t n_vocab = config_.n_vocab, width = vocab > 0 ? vocab : n_vocab;
   std::vector<KeptRow> download;
+  std::vector<kernels::SampleRow> draws;
+  std::vector<kernels::LogitAdjust> adjust;
+  std::vector<int32_t> drawn_rows;  // result rows of `draws`
   for (const KeptRow& k : kept) {
     p.result.row_top1[k.result_row] = k.stats.top1;
     p.result.row_top1_prob[k.result_row] = k.stats.top1_prob;
-    if (!p.batch.seqs[p.result.row_seq[k.result_row]].top1_only) download.push_back(k);  // else: the statistics alone
+    const SequenceBatchEntry& e = p.batch.seqs[p.result.row_seq[k.result_row]];
+    if (e.draw) {  // the token is drawn where the logits are
+      kernels::SampleRow row = e.draw->row;
+      row.logits_row = k.logits_row;
+      row.adjust_begin = static_cast<int32_t>(adjust.size());
+      adjust.insert(adjust.end(), e.draw->adjust.begin(), e.draw->adjust.end());
+      row.adjust_end = static_cast<int32_t>(adjust.size());
+      draws.push_back(row);
+      drawn_rows.push_back(k.result_row);
+    } else if (!e.top1_only) {  // top1_only: the statistics alone
+      download.push_back(k);
+    }
+  }
+  if (!draws.empty()) {
+    const auto n = static_cast<int32_t>(draws.size());
+    std::vector<int32_t> token(n);
+    std::vector<float> logprob(n);
+    backend_.sample_rows(ws_->logits.data(), n_vocab, draws.data(), n, adjust.data(), static_cast<int32_t>(adjust.size()),
+                         token.data(), logprob.data());
+    for (int32_t i = 0; i < n; ++i) {
+      p.result.row_token[drawn_rows[i]] = token[i];
+      p.result.row_token_logprob[drawn_rows[i]] = logprob[i];
+    }
   }
   // Rows consecutive in both the workspace and the result (a batch's rows at full depth, in
   // order) come down in one copy: one wait for the device instead of one per row.
@@ -291,6 +316,8 @@ Status Model::plan_batch(Pass& p) {
   result.row_confidence.assign(n_rows, 0.0f);
   result.row_top1.assign(n_rows, 0);
   result.row_top1_prob.assign(n_rows, 0.0f);
+  result.row_token.assign(n_rows, -1);
+  result.row_token_logprob.assign(n_rows, 0.0f);
   if (batch.return_hidden) result.hidden.assign(static_cast<size_t>(n) * c.n_embd, 0.0f);
   result.captured.assign(batch.capture_layers.size(), std::vector<float>(static_cast<size_t>(n_rows) * c.n_embd));
   p.end_layer = batch.last_layer > 0 ? batch.last_layer : n_layers_loaded();

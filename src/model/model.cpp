@@ -192,6 +192,10 @@ Status Model::validate(const ForwardBatch& batch, const KvCacheStorage& kv) cons
                                 std::to_string(config_.n_vocab - 1) + ")");
       }
     }
+    if (e.draw && e.top1_only) return invalid_argument(where + "a draw and top1_only: the row is one or the other");
+    if (e.draw && (batch.head_vocab > 0 || batch.last_layer > 0)) {
+      return invalid_argument(where + "a draw in a partial pass or over a cut head (drafts take their top-1)");
+    }
   }
   return ok_status();
 }

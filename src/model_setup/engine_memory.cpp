@@ -71,6 +71,7 @@ StatusOr<EngineOptions> plan_engine(const EngineConfig& engine, Model& model, si
   options.scheduler.preemption = engine.preemption;
   options.intercepts = intercepts;
   options.prefix_caching = engine.prefix_caching;
+  options.device_sampling = engine.device_sampling.value_or(model.backend().free_device_bytes() > 0);
   return options;
 }
 

@@ -77,11 +77,20 @@ bool RequestOutput::reads_only_top1() const {
 }
 
 TokenEvent RequestOutput::take_top1(TokenId top1, float top1_prob, int32_t exit_layer, float confidence) {
+  return take_drawn(top1, std::log(top1_prob), exit_layer, confidence);
+}
+
+std::optional<SampleDraw> RequestOutput::device_draw(const std::vector<TokenId>& history, int32_t n_vocab) {
+  if (json_ || options_.top_logprobs > 0) return std::nullopt;
+  return sampler_.plan_draw(history, n_vocab);
+}
+
+TokenEvent RequestOutput::take_drawn(TokenId token, float logprob, int32_t exit_layer, float confidence) {
   TokenEvent ev;
-  ev.id = top1;
+  ev.id = token;
   ev.exit_layer = exit_layer;
   ev.confidence = confidence;
-  ev.logprob = std::log(top1_prob);
+  ev.logprob = logprob;
   return emit(std::move(ev));
 }
 

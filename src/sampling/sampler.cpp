@@ -3,7 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <unordered_set>
+#include <map>
 
 namespace helios {
 
@@ -47,17 +47,56 @@ void Sampler::accept(TokenId token) {
   if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) ++generated_[token];
 }
 
+std::vector<TokenId> Sampler::repeated_tokens(const std::vector<TokenId>& history, int32_t n_vocab) const {
+  const size_t from = history.size() > static_cast<size_t>(params_.repetition_window)
+                          ? history.size() - params_.repetition_window : 0;
+  std::vector<TokenId> seen;
+  for (size_t i = from; i < history.size(); ++i) {
+    if (history[i] >= 0 && history[i] < n_vocab) seen.push_back(history[i]);
+  }
+  std::sort(seen.begin(), seen.end());
+  seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+  return seen;
+}
+
+std::optional<SampleDraw> Sampler::plan_draw(const std::vector<TokenId>& history, int32_t n_vocab) {
+  // One adjustment per token: bias, then repetition, then presence/frequency, as sample() applies them.
+  std::map<TokenId, kernels::LogitAdjust> by_token;
+  auto at = [&](TokenId t) -> kernels::LogitAdjust& {
+    kernels::LogitAdjust& a = by_token[t];
+    a.token = t;
+    return a;
+  };
+  for (const auto& [t, bias] : params_.logit_bias) {
+    if (t >= n_vocab) continue;
+    if (by_token.count(t)) return std::nullopt;
+    at(t).bias = bias;
+  }
+  if (params_.repetition_penalty != 1.0f) {
+    for (TokenId t : repeated_tokens(history, n_vocab)) at(t).repeat = 1;
+  }
+  for (const auto& [t, count] : generated_) {
+    if (t >= 0 && t < n_vocab) at(t).subtract = params_.frequency_penalty * count + params_.presence_penalty;
+  }
+  SampleDraw draw;
+  for (const auto& [t, a] : by_token) draw.adjust.push_back(a);
+  kernels::SampleRow& row = draw.row;
+  row.temperature = params_.temperature;
+  row.top_k = params_.top_k;
+  row.top_p = params_.top_p;
+  row.min_p = params_.min_p;
+  row.repetition_penalty = params_.repetition_penalty;
+  if (params_.temperature != 0.0f) row.uniform = draw_uniform();  // greedy draws nothing
+  return draw;
+}
+
 TokenId Sampler::sample(float* logits, int32_t n_vocab, const std::vector<TokenId>& history) {
   for (const auto& [t, bias] : params_.logit_bias) {
     if (t < n_vocab) logits[t] += bias;
   }
   // Repetition penalty: shrink the logit of every recently seen token (each once).
   if (params_.repetition_penalty != 1.0f) {
-    const size_t from = history.size() > static_cast<size_t>(params_.repetition_window)
-                            ? history.size() - params_.repetition_window : 0;
-    std::unordered_set<TokenId> seen(history.begin() + static_cast<std::ptrdiff_t>(from), history.end());
-    for (TokenId t : seen) {
-      if (t < 0 || t >= n_vocab) continue;
+    for (TokenId t : repeated_tokens(history, n_vocab)) {
       logits[t] = logits[t] > 0 ? logits[t] / params_.repetition_penalty
                                 : logits[t] * params_.repetition_penalty;
     }
@@ -91,11 +130,17 @@ TokenId Sampler::sample(float* logits, int32_t n_vocab, const std::vector<TokenI
   }
   ensure_sorted(0);
 
-  // Softmax over the candidates.
+  // Softmax over the candidates, summed in a fixed order (token ids, or the top k's order) so
+  // that kernels::ref_sample_rows, which sorts everything, sums the same values the same way.
   const float max_logit = candidates_[0].first;
   double sum = 0;
-  for (int32_t i = 0; i < n; ++i) sum += std::exp(candidates_[i].first - max_logit);
-  auto prob = [&](int32_t i) { return static_cast<float>(std::exp(candidates_[i].first - max_logit) / sum); };
+  if (n == n_vocab) {
+    for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp(logits[i] / params_.temperature - max_logit);
+  } else {
+    for (int32_t i = 0; i < n; ++i) sum += std::exp(candidates_[i].first - max_logit);
+  }
+  auto prob_of = [&](float z) { return static_cast<float>(std::exp(z - max_logit) / sum); };
+  auto prob = [&](int32_t i) { return prob_of(candidates_[i].first); };
 
   // Top-p: the smallest prefix whose mass reaches top_p.
   int32_t keep = n;
@@ -115,15 +160,20 @@ TokenId Sampler::sample(float* logits, int32_t n_vocab, const std::vector<TokenI
     keep = above;
   }
 
-  // The draw walks the order from the most likely token.
-  double total = 0;  // over the kept candidates: the sorted prefix, or all of them
-  for (int32_t i = 0; i < keep; ++i) total += prob(i);
-  std::uniform_real_distribution<double> uniform(0.0, total);
-  double r = uniform(rng_);
+  // The draw walks the order from the most likely token to the first whose running mass reaches
+  // u times the kept mass (uniform_real_distribution<double>(0, total), made explicit).
+  double total = 0;  // over the kept candidates: the sorted prefix, or all of them by id
+  if (keep == n_vocab) {
+    for (int32_t i = 0; i < n_vocab; ++i) total += prob_of(logits[i] / params_.temperature);
+  } else {
+    for (int32_t i = 0; i < keep; ++i) total += prob(i);
+  }
+  const double target = draw_uniform() * total;
+  double mass = 0;
   for (int32_t i = 0; i < keep; ++i) {
     ensure_sorted(i);
-    r -= prob(i);
-    if (r <= 0) return candidates_[i].second;
+    mass += prob(i);
+    if (mass >= target) return candidates_[i].second;
   }
   ensure_sorted(keep - 1);
   return candidates_[keep - 1].second;

@@ -210,6 +210,22 @@ TEST(ConfigRoundTrip, TensorParallel) {
   EXPECT_NE(zero.status().message().find("engine.tensor_parallel"), std::string::npos) << zero.status().message();
 }
 
+TEST(ConfigRoundTrip, DeviceSampling) {
+  const auto mode = [](const std::string& yaml) {
+    StatusOr<HeliosConfig> parsed = parse_config(with_model(yaml), "cfg.yaml");
+    EXPECT_TRUE(parsed.ok()) << yaml << ": " << parsed.status().to_string();
+    return parsed.ok() ? parsed->engine.device_sampling : std::nullopt;
+  };
+  EXPECT_EQ(mode("engine:\n  threads: 1\n"), std::nullopt);  // auto: the backend decides
+  EXPECT_EQ(mode("engine:\n  device_sampling: auto\n"), std::nullopt);
+  EXPECT_EQ(mode("engine:\n  device_sampling: on\n"), true);
+  EXPECT_EQ(mode("engine:\n  device_sampling: off\n"), false);
+  StatusOr<HeliosConfig> bad = parse_config(with_model("engine:\n  device_sampling: gpu\n"), "cfg.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("engine.device_sampling"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("auto"), std::string::npos) << bad.status().message();
+}
+
 TEST(ConfigRoundTrip, KvCacheTypes) {
   const auto type = [](const std::string& yaml) {
     StatusOr<HeliosConfig> parsed = parse_config(with_model(yaml), "cfg.yaml");

@@ -61,6 +61,7 @@ inline GenerationRequest make_generation(const Model& model, const std::string& 
 
 struct Outcome {
   std::vector<TokenId> ids;
+  std::vector<float> logprobs;
   std::vector<int32_t> exit_layers;
   std::vector<std::vector<ExitObservation>> observed;  // per token: TokenEvent::observed
   FinishReason finish = FinishReason::kNone;
@@ -78,6 +79,7 @@ inline Outcome drain(RequestStream& stream) {
     }
     for (const auto& t : u->tokens) {
       o.ids.push_back(t.id);
+      o.logprobs.push_back(t.logprob);
       o.exit_layers.push_back(t.exit_layer);
       o.observed.push_back(t.observed);
     }

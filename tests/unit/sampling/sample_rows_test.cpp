@@ -1,0 +1,187 @@
+// The sampler's draw as data (Sampler::plan_draw) and its CPU twin (kernels::ref_sample_rows), the
+// reference the CUDA kernel is checked against: over every sampler setting, the twin takes the
+// host sampler's token to the bit, step after step of one seeded generation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "helios/backend.h"
+#include "helios/sampler.h"
+#include "kernels/kernels.h"
+
+namespace helios {
+namespace {
+
+// Logits like a model's: normal, with a few strong candidates, and (when `ties`) rounded to a
+// coarse grid so that many are equal and the order of equal values decides.
+std::vector<float> logits_like_a_model(int32_t n_vocab, std::mt19937& rng, bool ties) {
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> x(n_vocab);
+  for (float& v : x) v = normal(rng);
+  std::uniform_int_distribution<int32_t> pick(0, n_vocab - 1);
+  for (int i = 0; i < 5; ++i) x[pick(rng)] += 8.0f;
+  if (ties) {
+    for (float& v : x) v = std::round(v * 2.0f) / 2.0f;
+  }
+  return x;
+}
+
+struct Case {
+  std::string name;
+  SamplingParams params;
+  bool ties = false;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  auto add = [&](std::string name, auto set, bool ties = false) {
+    Case c;
+    c.name = std::move(name);
+    c.params.seed = 11 + out.size();
+    set(c.params);
+    c.ties = ties;
+    out.push_back(c);
+  };
+  add("temperature", [](SamplingParams& p) { p.temperature = 0.8f; });
+  add("hot", [](SamplingParams& p) { p.temperature = 2.5f; });
+  add("top_k", [](SamplingParams& p) { p.temperature = 1.0f; p.top_k = 40; });
+  add("top_k past the vocabulary", [](SamplingParams& p) { p.temperature = 1.0f; p.top_k = 1 << 20; });
+  add("top_p", [](SamplingParams& p) { p.temperature = 0.7f; p.top_p = 0.9f; });
+  add("tight top_p", [](SamplingParams& p) { p.temperature = 1.3f; p.top_p = 0.05f; });
+  add("min_p", [](SamplingParams& p) { p.temperature = 1.0f; p.min_p = 0.05f; });
+  add("all cuts", [](SamplingParams& p) { p.temperature = 0.9f; p.top_k = 100; p.top_p = 0.8f; p.min_p = 0.02f; });
+  add("repetition", [](SamplingParams& p) { p.temperature = 0.8f; p.repetition_penalty = 1.3f; p.repetition_window = 16; });
+  add("presence and frequency", [](SamplingParams& p) {
+    p.temperature = 1.0f;
+    p.presence_penalty = 0.7f;
+    p.frequency_penalty = -0.4f;
+  });
+  add("bias", [](SamplingParams& p) {
+    p.temperature = 1.0f;
+    p.logit_bias = {{3, 9.0f}, {7, -100.0f}, {900, 4.5f}, {1 << 30, 5.0f}};  // the last past the vocabulary
+  });
+  add("everything", [](SamplingParams& p) {
+    p.temperature = 0.6f;
+    p.top_k = 50;
+    p.top_p = 0.95f;
+    p.min_p = 0.01f;
+    p.repetition_penalty = 0.8f;
+    p.presence_penalty = 0.3f;
+    p.frequency_penalty = 0.5f;
+    p.logit_bias = {{5, 2.0f}};
+  });
+  add("greedy with penalties", [](SamplingParams& p) { p.repetition_penalty = 1.5f; p.frequency_penalty = 1.0f; });
+  add("ties", [](SamplingParams& p) { p.temperature = 1.0f; p.top_p = 0.9f; }, true);
+  add("ties, greedy", [](SamplingParams& p) { p.presence_penalty = 0.1f; }, true);
+  return out;
+}
+
+TEST(SampleRows, TheTwinTakesTheHostSamplersTokenStepAfterStep) {
+  for (int32_t n_vocab : {2, 1000, 49152}) {
+    for (const Case& c : cases()) {
+      SCOPED_TRACE(c.name + ", n_vocab " + std::to_string(n_vocab));
+      Sampler host(c.params), planned(c.params);
+      std::mt19937 rng(n_vocab + c.params.seed);
+      std::vector<TokenId> history = {1, 0, 1, 1};
+      for (int step = 0; step < 24; ++step) {
+        const std::vector<float> raw = logits_like_a_model(n_vocab, rng, c.ties);
+        std::vector<float> scratch = raw;
+        const TokenId want = host.sample(scratch.data(), n_vocab, history);
+
+        std::optional<SampleDraw> draw = planned.plan_draw(history, n_vocab);
+        ASSERT_TRUE(draw.has_value());
+        draw->row.adjust_end = static_cast<int32_t>(draw->adjust.size());
+        int32_t got = -1;
+        float logprob = 0;
+        kernels::ref_sample_rows(raw.data(), n_vocab, &draw->row, 1, draw->adjust.data(), &got, &logprob);
+        ASSERT_EQ(got, want) << "step " << step;
+        EXPECT_FLOAT_EQ(logprob, static_cast<float>(raw[got] - kernels::cpu_log_sum_exp(raw.data(), n_vocab)));
+
+        host.accept(want);
+        planned.accept(want);
+        history.push_back(want);
+      }
+    }
+  }
+}
+
+TEST(SampleRows, APlanAdjustsEachTokenOnceInTheHostOrder) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.logit_bias = {{4, 2.0f}, {2, -1.0f}};
+  p.repetition_penalty = 2.0f;
+  p.repetition_window = 3;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  Sampler s(p);
+  s.accept(4);
+  s.accept(4);
+  // The window holds 3, 4, 9 (9 is past the vocabulary); 1 fell out of it.
+  auto draw = s.plan_draw({1, 1, 3, 4, 9}, 8);
+  ASSERT_TRUE(draw.has_value());
+  ASSERT_EQ(draw->adjust.size(), 3u);
+  EXPECT_EQ(draw->adjust[0].token, 2);
+  EXPECT_EQ(draw->adjust[0].bias, -1.0f);
+  EXPECT_EQ(draw->adjust[0].repeat, 0);
+  EXPECT_EQ(draw->adjust[1].token, 3);
+  EXPECT_EQ(draw->adjust[1].repeat, 1);
+  EXPECT_EQ(draw->adjust[1].subtract, 0.0f);
+  EXPECT_EQ(draw->adjust[2].token, 4);
+  EXPECT_EQ(draw->adjust[2].bias, 2.0f);
+  EXPECT_EQ(draw->adjust[2].repeat, 1);
+  EXPECT_EQ(draw->adjust[2].subtract, 0.25f * 2 + 0.5f);
+  EXPECT_EQ(draw->row.temperature, 1.0f);
+  EXPECT_EQ(draw->row.repetition_penalty, 2.0f);
+  EXPECT_GE(draw->row.uniform, 0.0);
+  EXPECT_LT(draw->row.uniform, 1.0);
+}
+
+TEST(SampleRows, ABiasNamingATokenTwiceStaysOnTheHost) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.logit_bias = {{4, 2.0f}, {4, 1.0f}};
+  Sampler s(p);
+  EXPECT_FALSE(s.plan_draw({}, 8).has_value());
+}
+
+// Backend::sample_rows' default downloads the rows it samples, wherever they are in the logits.
+TEST(SampleRows, TheBackendSamplesTheRowsItIsGiven) {
+  auto backend = make_cpu_backend(1);
+  const int32_t n_vocab = 300;
+  std::mt19937 rng(9);
+  std::vector<float> logits;
+  for (int r = 0; r < 4; ++r) {
+    auto row = logits_like_a_model(n_vocab, rng, false);
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  float* device = backend->alloc(logits.size());
+  backend->upload(device, logits.data(), logits.size());
+  std::vector<kernels::SampleRow> rows(2);
+  rows[0].logits_row = 3;
+  rows[0].temperature = 1.0f;
+  rows[0].uniform = 0.4;
+  rows[1].logits_row = 1;
+  rows[1].temperature = 0.0f;
+  rows[1].adjust_begin = 0;
+  rows[1].adjust_end = 1;
+  const kernels::LogitAdjust ban{7, -1000.0f, 0, 0.0f};
+  std::vector<int32_t> got(2);
+  std::vector<float> got_logprob(2);
+  backend->sample_rows(device, n_vocab, rows.data(), 2, &ban, 1, got.data(), got_logprob.data());
+  std::vector<int32_t> want(2);
+  std::vector<float> want_logprob(2);
+  kernels::ref_sample_rows(logits.data(), n_vocab, rows.data(), 2, &ban, want.data(), want_logprob.data());
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got_logprob, want_logprob);
+  // Row 1 is greedy: its argmax unless that is the banned token 7.
+  std::vector<float> row1(logits.begin() + n_vocab, logits.begin() + 2 * n_vocab);
+  row1[7] -= 1000.0f;
+  EXPECT_EQ(got[1], std::max_element(row1.begin(), row1.end()) - row1.begin());
+  backend->free(device);
+}
+
+}  // namespace
+}  // namespace helios
