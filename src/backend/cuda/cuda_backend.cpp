@@ -59,7 +59,7 @@ struct StagedInts {
   std::vector<int32_t> shadow;  // what `device` holds
 };
 
-enum Scratch { kScratchHalfX, kScratchAttention, kScratchStats, kScratchHalfW, kScratchCount };
+enum Scratch { kScratchHalfX, kScratchAttention, kScratchStats, kScratchHalfW, kScratchSample, kScratchSampleIo, kScratchCount };
 
 class CudaBackend final : public Backend {
  public:
@@ -99,6 +99,8 @@ class CudaBackend final : public Backend {
                    float eps, float* out) override;
   void exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,
                   float* top1_prob, float* margin, float* entropy) override;
+  void sample_rows(const float* logits, int32_t n_vocab, const kernels::SampleRow* rows, int32_t n_rows,
+                   const kernels::LogitAdjust* adjust, int32_t n_adjust, int32_t* token, float* logprob) override;
   Status error() const override {
     std::lock_guard<std::mutex> lock(error_mu_);
     return first_error_.empty() ? ok_status() : internal_error(first_error_);
@@ -511,6 +513,46 @@ void CudaBackend::exit_stats(const float* logits, int32_t n_rows, int32_t n_voca
   std::memcpy(top1_prob, host.data() + 4 * n, 4 * n);
   std::memcpy(margin, host.data() + 8 * n, 4 * n);
   std::memcpy(entropy, host.data() + 12 * n, 4 * n);
+}
+
+void CudaBackend::sample_rows(const float* logits, int32_t n_vocab, const kernels::SampleRow* rows, int32_t n_rows,
+                              const kernels::LogitAdjust* adjust, int32_t n_adjust, int32_t* token, float* logprob) {
+  bind();
+  if (n_rows <= 0) return;
+  // [rows | adjust | token | logprob] up, 8-byte aligned, and the last two down after the kernels.
+  // Rows go through in groups so the sort's workspace stays bounded (about 16 bytes per logit).
+  constexpr int32_t kGroup = 32;
+  const size_t rows_bytes = sizeof(kernels::SampleRow) * n_rows, adjust_bytes = sizeof(kernels::LogitAdjust) * n_adjust;
+  const size_t adjust_at = (rows_bytes + 7) / 8 * 8, out_at = adjust_at + (adjust_bytes + 7) / 8 * 8;
+  auto* io = static_cast<uint8_t*>(scratch(kScratchSampleIo, out_at + 8 * static_cast<size_t>(n_rows)));
+  const int32_t group = std::min(n_rows, kGroup);
+  const size_t ws_bytes = kernels::sample_rows_workspace_bytes(group, n_vocab);
+  void* ws = scratch(kScratchSample, ws_bytes);
+  if (!io || !ws) return;
+  auto* d_rows = reinterpret_cast<kernels::SampleRow*>(io);
+  auto* d_adjust = reinterpret_cast<kernels::LogitAdjust*>(io + adjust_at);
+  auto* d_token = reinterpret_cast<int32_t*>(io + out_at);
+  auto* d_logprob = reinterpret_cast<float*>(io + out_at + 4 * static_cast<size_t>(n_rows));
+  if (!ok(cudaMemcpyAsync(d_rows, rows, rows_bytes, cudaMemcpyHostToDevice, stream_), "sample_rows (rows)")) return;
+  if (n_adjust > 0 &&
+      !ok(cudaMemcpyAsync(d_adjust, adjust, adjust_bytes, cudaMemcpyHostToDevice, stream_), "sample_rows (adjust)")) {
+    return;
+  }
+  for (int32_t first = 0; first < n_rows; first += kGroup) {
+    const int32_t n = std::min(kGroup, n_rows - first);
+    if (!ok_launch(kernels::launch_sample_rows(logits, n_vocab, d_rows + first, n, d_adjust, ws, ws_bytes, d_token + first,
+                                               d_logprob + first, stream_),
+                   "launch_sample_rows")) {
+      return;
+    }
+  }
+  std::vector<uint8_t> host(8 * static_cast<size_t>(n_rows));
+  if (!ok(cudaMemcpyAsync(host.data(), io + out_at, host.size(), cudaMemcpyDeviceToHost, stream_), "sample_rows (download)") ||
+      !ok(cudaStreamSynchronize(stream_), "sample_rows (cudaStreamSynchronize)")) {
+    return;
+  }
+  std::memcpy(token, host.data(), 4 * static_cast<size_t>(n_rows));
+  std::memcpy(logprob, host.data() + 4 * static_cast<size_t>(n_rows), 4 * static_cast<size_t>(n_rows));
 }
 
 }  // namespace

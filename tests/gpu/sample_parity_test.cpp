@@ -1,0 +1,144 @@
+// Sampling on the device against its CPU twin (ref_sample_rows), and through the CUDA backend
+// against the host sampler. Tolerances: tokens identical (the device sums in another order, so a
+// draw landing within ~1e-12 of a boundary between two tokens could differ; none of these do);
+// logprobs 1e-4 absolute (float exponentials summed in double over up to 152K logits).
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_test_util.h"
+#include "helios/backend.h"
+#include "helios/sampler.h"
+#include "kernels/kernels.h"
+
+namespace helios {
+namespace {
+
+using gpu_test::DeviceArray;
+using gpu_test::normal_floats;
+
+// Rows of every kind, each over its own row of logits: greedy with a ban, plain temperature,
+// top-k, top-p, min-p, all cuts, penalties, and draws at both ends of [0, 1).
+struct Rows {
+  std::vector<kernels::SampleRow> rows;
+  std::vector<kernels::LogitAdjust> adjust;
+};
+
+Rows every_kind(int32_t n_vocab) {
+  Rows out;
+  auto add = [&](float temperature, int32_t top_k, float top_p, float min_p, double uniform,
+                 std::vector<kernels::LogitAdjust> adjust = {}, float repetition_penalty = 1.0f) {
+    kernels::SampleRow r;
+    r.logits_row = static_cast<int32_t>(out.rows.size());
+    r.temperature = temperature;
+    r.top_k = top_k;
+    r.top_p = top_p;
+    r.min_p = min_p;
+    r.uniform = uniform;
+    r.repetition_penalty = repetition_penalty;
+    r.adjust_begin = static_cast<int32_t>(out.adjust.size());
+    out.adjust.insert(out.adjust.end(), adjust.begin(), adjust.end());
+    r.adjust_end = static_cast<int32_t>(out.adjust.size());
+    out.rows.push_back(r);
+  };
+  const int32_t last = n_vocab - 1;
+  add(0.0f, 0, 1.0f, 0.0f, 0.0, {{0, -50.0f, 0, 0.0f}});
+  add(0.8f, 0, 1.0f, 0.0f, 0.37);
+  add(1.0f, 40, 1.0f, 0.0f, 0.91);
+  add(0.7f, 0, 0.9f, 0.0f, 0.5);
+  add(1.3f, 0, 0.05f, 0.0f, 0.99);
+  add(1.0f, 0, 1.0f, 0.05f, 0.2);
+  add(0.9f, 100, 0.8f, 0.02f, 0.66);
+  add(1.0f, 0, 1.0f, 0.0f, 0.0);
+  add(1.0f, 0, 1.0f, 0.0f, 0.999999);
+  add(0.6f, 50, 0.95f, 0.01f, 0.45, {{1, 2.0f, 1, 0.5f}, {last / 2, 9.0f, 0, 0.0f}, {last, 0.0f, 1, 1.25f}}, 1.3f);
+  add(2.5f, 0, 1.0f, 0.0f, 0.73, {{last, 30.0f, 0, 0.0f}});
+  return out;
+}
+
+TEST(GpuParity, SampleRowsMatchTheCpuTwin) {
+  HELIOS_REQUIRE_GPU();
+  for (int32_t n_vocab : {16, 512, 49152, 151936}) {
+    const Rows r = every_kind(n_vocab);
+    const auto n_rows = static_cast<int32_t>(r.rows.size());
+    auto logits = normal_floats(static_cast<size_t>(n_rows) * n_vocab, n_vocab, 3.0f);
+    if (n_vocab > 10) {  // row 7: a flat row of ties, the order of equal values decides
+      for (int32_t i = 0; i < n_vocab; ++i) logits[7 * static_cast<size_t>(n_vocab) + i] = std::round(logits[i]);
+    }
+    std::vector<int32_t> want(n_rows);
+    std::vector<float> want_logprob(n_rows);
+    kernels::ref_sample_rows(logits.data(), n_vocab, r.rows.data(), n_rows, r.adjust.data(), want.data(),
+                             want_logprob.data());
+
+    DeviceArray<float> d_logits(logits), d_logprob(n_rows);
+    DeviceArray<int32_t> d_token(n_rows);
+    DeviceArray<kernels::SampleRow> d_rows(r.rows);
+    DeviceArray<kernels::LogitAdjust> d_adjust(r.adjust);
+    const size_t bytes = kernels::sample_rows_workspace_bytes(n_rows, n_vocab);
+    DeviceArray<uint8_t> ws(bytes);
+    ASSERT_EQ(kernels::launch_sample_rows(d_logits.get(), n_vocab, d_rows.get(), n_rows, d_adjust.get(), ws.get(), bytes,
+                                          d_token.get(), d_logprob.get(), nullptr),
+              0);
+    EXPECT_EQ(d_token.to_host(), want) << "n_vocab " << n_vocab;
+    EXPECT_TRUE(gpu_test::all_near(d_logprob.to_host(), want_logprob, 0.0f, 1e-4f)) << "logprobs, n_vocab " << n_vocab;
+  }
+}
+
+// The backend draws rows where they lie in the logits, in groups, and takes the host sampler's
+// tokens over a seeded generation's worth of steps.
+TEST(GpuParity, BackendSampleRowsTakeTheHostSamplersTokens) {
+  HELIOS_REQUIRE_GPU();
+  auto backend = make_backend("cuda", 0);
+  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
+  const int32_t n_vocab = 32000, n_rows = 40;  // more rows than one group
+  std::vector<Sampler> host, planned;
+  for (int32_t i = 0; i < n_rows; ++i) {
+    SamplingParams p;
+    p.temperature = 0.5f + 0.05f * i;
+    p.top_k = i % 3 == 0 ? 30 : 0;
+    p.top_p = i % 4 == 1 ? 0.9f : 1.0f;
+    p.min_p = i % 5 == 2 ? 0.05f : 0.0f;
+    p.repetition_penalty = i % 2 ? 1.2f : 1.0f;
+    p.presence_penalty = i % 7 == 3 ? 0.5f : 0.0f;
+    p.seed = 1000 + i;
+    host.emplace_back(p);
+    planned.emplace_back(p);
+  }
+  std::vector<std::vector<TokenId>> history(n_rows, std::vector<TokenId>{5, 6, 7});
+  float* d_logits = (*backend)->alloc(static_cast<size_t>(n_rows) * n_vocab);
+  for (int step = 0; step < 8; ++step) {
+    auto logits = normal_floats(static_cast<size_t>(n_rows) * n_vocab, 77 + step, 3.0f);
+    (*backend)->upload(d_logits, logits.data(), logits.size());
+    std::vector<kernels::SampleRow> rows;
+    std::vector<kernels::LogitAdjust> adjust;
+    for (int32_t i = 0; i < n_rows; ++i) {
+      auto draw = planned[i].plan_draw(history[i], n_vocab);
+      ASSERT_TRUE(draw.has_value());
+      draw->row.logits_row = n_rows - 1 - i;  // rows read out of order
+      draw->row.adjust_begin = static_cast<int32_t>(adjust.size());
+      adjust.insert(adjust.end(), draw->adjust.begin(), draw->adjust.end());
+      draw->row.adjust_end = static_cast<int32_t>(adjust.size());
+      rows.push_back(draw->row);
+    }
+    std::vector<int32_t> got(n_rows);
+    std::vector<float> logprob(n_rows);
+    (*backend)->sample_rows(d_logits, n_vocab, rows.data(), n_rows, adjust.data(), static_cast<int32_t>(adjust.size()),
+                            got.data(), logprob.data());
+    ASSERT_TRUE((*backend)->error().ok()) << (*backend)->error().to_string();
+    for (int32_t i = 0; i < n_rows; ++i) {
+      std::vector<float> row(logits.begin() + static_cast<size_t>(n_rows - 1 - i) * n_vocab,
+                             logits.begin() + static_cast<size_t>(n_rows - i) * n_vocab);
+      const float lse = static_cast<float>(kernels::cpu_log_sum_exp(row.data(), n_vocab));
+      const TokenId want = host[i].sample(row.data(), n_vocab, history[i]);
+      ASSERT_EQ(got[i], want) << "row " << i << " step " << step;
+      EXPECT_NEAR(logprob[i], logits[static_cast<size_t>(n_rows - 1 - i) * n_vocab + want] - lse, 1e-4f);
+      host[i].accept(want);
+      planned[i].accept(want);
+      history[i].push_back(want);
+    }
+  }
+  (*backend)->free(d_logits);
+}
+
+}  // namespace
+}  // namespace helios
