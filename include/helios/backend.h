@@ -32,6 +32,14 @@ struct WeightMatrix {
   WeightLayout layout = WeightLayout::kRows;
 };
 
+// How a backend's step graphs went (Backend::graph_counters): steps run op by op, captured into
+// a graph, and replayed from one.
+struct GraphCounters {
+  int64_t run = 0;
+  int64_t captured = 0;
+  int64_t replayed = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -104,6 +112,17 @@ class Backend {
   virtual void sample_rows(const float* logits, int32_t n_vocab, const kernels::SampleRow* host_rows, int32_t n_rows,
                            const kernels::LogitAdjust* host_adjust, int32_t n_adjust, int32_t* host_token,
                            float* host_logprob);
+
+  // --- step graphs, optional (CUDA graphs)
+  // The ops from begin_graph() to end_graph(), or to the first call that waits for the device
+  // (download, upload, exit_stats, sample_rows, synchronize), are one step the backend may record
+  // and replay in one launch when a later step makes the same launches. The ops read their host
+  // arrays when called, as always. The default: ops run as they come.
+  virtual void begin_graph() {}
+  virtual void end_graph() {}
+  // Step graphs on (the default where there are any) or off (engine.cuda_graphs).
+  virtual void set_graphs(bool /*on*/) {}
+  virtual GraphCounters graph_counters() const { return {}; }
 
   // --- block copies beside the forward pass (KV swap), optional
   // Host memory the device copies to and from without staging it (pinned, on CUDA); nullptr

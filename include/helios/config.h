@@ -97,6 +97,8 @@ struct EngineConfig {
   // Sampled tokens drawn where the logits are (EngineOptions::device_sampling); unset ("auto") =
   // on for a backend with memory of its own (CUDA), off on the CPU, where the rows are already here.
   std::optional<bool> device_sampling;
+  // Decode steps replayed as CUDA graphs (Backend::set_graphs); no effect on the CPU.
+  bool cuda_graphs = true;
 };
 
 struct LimitsConfig {

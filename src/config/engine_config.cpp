@@ -1,5 +1,5 @@
 // engine: backend, threads, kv_cache, kv_cache_type, block_size, max_batched_tokens, max_seqs,
-// queue_limit, preemption, swap_space, prefix_caching, device_sampling.
+// queue_limit, preemption, swap_space, prefix_caching, device_sampling, cuda_graphs.
 #include <charconv>
 #include <cmath>
 
@@ -65,7 +65,8 @@ Status read_engine_config(const ConfigSource& source, const YAML::Node& node,
       MapReader engine,
       MapReader::open(source, node, where, "engine",
                       {"backend", "threads", "tensor_parallel", "kv_cache", "kv_cache_type", "block_size", "max_batched_tokens",
-                       "max_seqs", "queue_limit", "preemption", "swap_space", "prefix_caching", "device_sampling"}));
+                       "max_seqs", "queue_limit", "preemption", "swap_space", "prefix_caching", "device_sampling",
+                       "cuda_graphs"}));
 
   HELIOS_RETURN_IF_ERROR(engine.read_choice<std::string>(
       "backend", {{"cpu", "cpu"}, {"cuda", "cuda"}}, &out->backend));
@@ -125,6 +126,7 @@ Status read_engine_config(const ConfigSource& source, const YAML::Node& node,
   HELIOS_RETURN_IF_ERROR(engine.read_choice<std::string>(
       "device_sampling", {{"auto", "auto"}, {"on", "on"}, {"off", "off"}}, &device_sampling));
   if (device_sampling != "auto") out->device_sampling = device_sampling == "on";
+  HELIOS_RETURN_IF_ERROR(engine.read_bool("cuda_graphs", &out->cuda_graphs));
   return ok_status();
 }
 

@@ -429,6 +429,11 @@ void Engine::Impl::publish_queues() {
     metrics->cache_evictions->inc(static_cast<double>(cache.evictions - published_cache.evictions));
     metrics->cached_blocks->set(cache.cached_blocks);
     published_cache = cache;
+    const GraphCounters graphs = model.backend().graph_counters();
+    metrics->steps_replayed->inc(static_cast<double>(graphs.replayed - published_graphs.replayed));
+    metrics->steps_captured->inc(static_cast<double>(graphs.captured - published_graphs.captured));
+    metrics->steps_op_by_op->inc(static_cast<double>(graphs.run - published_graphs.run));
+    published_graphs = graphs;
   }
   {
     std::lock_guard<std::mutex> lock(mu);

@@ -154,6 +154,7 @@ struct Engine::Impl {
   std::future<void> copies_in_flight;
   double published_waste[3] = {0, 0, 0};  // preserve, recompute, swap: what the counters have
   PrefixCacheStats published_cache;       // what the prefix cache counters have
+  GraphCounters published_graphs;         // what the step-graph counters have
 };
 
 }  // namespace helios

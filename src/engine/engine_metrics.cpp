@@ -33,6 +33,12 @@ EngineMetrics::EngineMetrics(MetricsRegistry& r)
       cache_query_blocks(r.counter("helios_prefix_cache_query_blocks_total", "KV blocks looked up in the prefix cache")),
       cache_evictions(r.counter("helios_prefix_cache_evictions_total", "Cached KV blocks reused for new ones")),
       cached_blocks(r.gauge("helios_prefix_cache_blocks", "KV blocks in the prefix cache (held or kept)")),
+      steps_replayed(r.counter("helios_step_graph_steps_total", "Decode steps by how the device ran them (CUDA graphs)",
+                               {{"how", "replayed"}})),
+      steps_captured(r.counter("helios_step_graph_steps_total", "Decode steps by how the device ran them (CUDA graphs)",
+                               {{"how", "captured"}})),
+      steps_op_by_op(r.counter("helios_step_graph_steps_total", "Decode steps by how the device ran them (CUDA graphs)",
+                               {{"how", "op_by_op"}})),
       paused(r.gauge("helios_paused_sequences", "Generations paused for a tool call or a human turn")),
       paused_kv_bytes(r.gauge("helios_paused_kv_bytes", "KV bytes paused generations hold in device blocks")) {}
 

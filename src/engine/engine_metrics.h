@@ -21,6 +21,8 @@ struct EngineMetrics {
   // Prefix caching.
   Counter *cache_hit_tokens, *cache_query_tokens, *cache_hit_blocks, *cache_query_blocks, *cache_evictions;
   Gauge* cached_blocks;
+  // Step graphs (CUDA): decode steps replayed, captured, or run op by op.
+  Counter *steps_replayed, *steps_captured, *steps_op_by_op;
   // Intercepts.
   Gauge *paused, *paused_kv_bytes;
   Counter* waste(MetricsRegistry& r, const char* cause) {

@@ -18,6 +18,8 @@
 
 namespace helios {
 
+constexpr size_t kBlockTableStep = 16;  // blocks: 256 tokens at the default block size
+
 // Activation buffers, grown to the largest batch seen so far (backend memory), plus the host
 // arrays that describe the batch to the kernels.
 struct Model::Workspace {
@@ -234,6 +236,15 @@ void Model::keep_logits(Pass& p, const std::vector<KeptRow>& kept, int32_t vocab
 
 // ---- The pass -------------------------------------------------------------------------------
 
+// Every sequence feeds one token: the shape that repeats from step to step.
+static bool is_decode_step(const ForwardBatch& batch) {
+  if (batch.seqs.empty() || batch.hidden_in || batch.return_hidden) return false;
+  for (const SequenceBatchEntry& e : batch.seqs) {
+    if (e.tokens.size() != 1) return false;
+  }
+  return true;
+}
+
 StatusOr<ForwardResult> Model::forward_rank(const ForwardBatch& batch, KvCacheStorage& kv) {
   HELIOS_RETURN_IF_ERROR(validate(batch, kv));
   HELIOS_RETURN_IF_ERROR(check_partial_pass(batch));
@@ -243,6 +254,10 @@ StatusOr<ForwardResult> Model::forward_rank(const ForwardBatch& batch, KvCacheSt
   const ModelConfig& c = config_;
   Workspace& ws = *ws_;
   const auto n = static_cast<int32_t>(ws.tokens.size());
+  // A decode step makes the launches the last one made: the backend may replay them as one graph,
+  // up to the first read of their results (an exit point's statistics, or the heads').
+  const bool graphed = !comm_ && is_decode_step(batch);
+  if (graphed) backend_.begin_graph();
 
   // --- embed (or start from given states)
   if (batch.hidden_in) {
@@ -264,6 +279,7 @@ StatusOr<ForwardResult> Model::forward_rank(const ForwardBatch& batch, KvCacheSt
     if (exit_here) check_exits(p, layer_no);
   }
   final_heads(p);
+  if (graphed) backend_.end_graph();
   HELIOS_RETURN_IF_ERROR(backend_.error());  // the logits of a failed call are garbage
   return std::move(p.result);
 }
@@ -279,6 +295,9 @@ Status Model::plan_batch(Pass& p) {
   result.n_vocab = c.n_vocab;
   size_t max_blocks = 1;
   for (const auto& e : batch.seqs) max_blocks = std::max(max_blocks, e.blocks->block_ids.size());
+  // The table's stride grows in steps of kBlockTableStep, so that a decode's launches (which name
+  // it) stay the same while its sequences grow; the padding is never read.
+  max_blocks = (max_blocks + kBlockTableStep - 1) / kBlockTableStep * kBlockTableStep;
   p.max_blocks = static_cast<int32_t>(max_blocks);
   ws.block_tables.assign(batch.seqs.size() * max_blocks, 0);
   for (size_t s = 0; s < batch.seqs.size(); ++s) {

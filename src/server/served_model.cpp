@@ -52,6 +52,7 @@ StatusOr<std::unique_ptr<ServedModel>> load_served_model(const ModelEntryConfig&
   const int32_t ranks = engine.tensor_parallel;
   const int threads = ranks > 1 ? rank_threads(engine.threads, ranks) : engine.threads;
   HELIOS_ASSIGN_OR_RETURN(served->backend, make_backend(rank_backend_name(engine.backend, 0), threads));
+  served->backend->set_graphs(engine.cuda_graphs);
   if (wrap_backend) served->backend = wrap_backend(std::move(served->backend));
   ModelSetupOptions options = setup_options(entry);
   options.tensor_parallel = ranks;

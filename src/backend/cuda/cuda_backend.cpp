@@ -16,21 +16,37 @@
 // copies only blocks the pass in flight leaves alone, and copy_wait ends them before the blocks
 // are used.
 //
+// Step graphs: between begin_graph() and end_graph() (a decode step, up to the first read of its
+// results) each op is recorded as a launch with its arguments instead of run, and its host arrays
+// are copied into pinned memory. At the step's end the arrays go up into device buffers that keep
+// their place from step to step, and the launches run one of three ways (StepGraphCache): op by
+// op the first time their key (every argument of every launch, as bytes) is seen, captured into a
+// CUDA graph the second time, and replayed from that graph after. A graph holds nothing its key
+// does not say, so a replay is the launches the step asked for. Attention's launch sizes follow
+// the contexts in coarse steps, so a decode keeps its key for many tokens. A capture that fails
+// turns graphs off (logged once) and the step runs op by op.
+//
 // Errors: a failing CUDA or cuBLAS call is logged to stderr with the call's name and error; the
 // op returns without its result and error() reports the first failure from then on (the forward
 // pass returns it, the engine fails its requests with INTERNAL). Nothing aborts.
 #include "backend/cuda/cuda_backend.h"
+#include "backend/step_graph_cache.h"
 #include "helios/tensor_type.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <bit>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -51,6 +67,57 @@ bool quantized_type(TensorType t) {
 }
 constexpr int kMaxLoggedErrors = 20;  // a sticky fault would otherwise log once per op
 constexpr size_t kMaxStagedArrays = 64;
+constexpr size_t kMaxStepGraphs = 64;           // captured steps kept (batch sizes x context steps)
+constexpr size_t kBlasWorkspaceBytes = 32 << 20;  // cuBLAS's own, so a capture never allocates
+
+// Every argument of a recorded launch goes into its step's key, field by field (no padding bytes).
+template <typename T>
+void append_key(std::string& key, const T& v) {
+  static_assert(std::is_arithmetic_v<T> || std::is_enum_v<T> || std::is_pointer_v<T>,
+                "a launch argument of another type needs an append_key of its own");
+  key.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+void append_key(std::string& key, const WeightMatrix& w) {
+  append_key(key, w.data);
+  append_key(key, w.type);
+  append_key(key, w.n_out);
+  append_key(key, w.n_in);
+  append_key(key, w.layout);
+}
+void append_key(std::string& key, const kernels::PagedKV& c) {
+  append_key(key, c.k);
+  append_key(key, c.v);
+  append_key(key, c.n_blocks);
+  append_key(key, c.block_size);
+  append_key(key, c.n_kv_heads);
+  append_key(key, c.head_dim);
+  append_key(key, c.type);
+}
+void append_key(std::string& key, const kernels::AttentionPlan& p) {
+  append_key(key, p.n_tokens);
+  append_key(key, p.token_seq);
+  append_key(key, p.positions);
+  append_key(key, p.block_tables);
+  append_key(key, p.max_blocks_per_seq);
+}
+void append_key(std::string& key, const kernels::AttentionTiles& t) {
+  append_key(key, t.first);
+  append_key(key, t.n_tiles);
+  append_key(key, t.tile_tokens);
+  append_key(key, t.span.longest);
+  append_key(key, t.span.total);
+}
+
+// The contexts attention's launch is sized by, rounded up (the longest to 256 positions, the sum to
+// within an eighth) so that a decode's launch, and its step's key, stays the same for many tokens.
+// Larger is safe: a block past its tile's context does nothing.
+kernels::ContextSpan coarse_span(kernels::ContextSpan s) {
+  auto round_up = [](int64_t v, int64_t step) { return (v + step - 1) / step * step; };
+  s.longest = static_cast<int32_t>(round_up(s.longest, 256));
+  const int64_t total = std::max<int64_t>(s.total, s.longest);
+  s.total = round_up(total, std::max<int64_t>(256, static_cast<int64_t>(std::bit_floor(static_cast<uint64_t>(total))) / 8));
+  return s;
+}
 
 // A host int array mirrored in device memory, sent again only when its contents change.
 struct StagedInts {
@@ -113,9 +180,26 @@ class CudaBackend final : public Backend {
   void copy_wait() override;
   void copy_fence() override;
 
+  void begin_graph() override;
+  void end_graph() override;
+  void set_graphs(bool on) override;
+  GraphCounters graph_counters() const override { return counters_; }
+
  private:
+  // Runs fn(*this, args...) now or, while a step records, adds it to the step and its arguments to
+  // the step's key. fn captures nothing: all it reads is in args, so the key says all it does.
+  template <typename Launch, typename... Args>
+  void launch(const char* what, Launch fn, const Args&... args);
+  // A recorded step's index arrays: slot i of each step keeps its device buffer from step to step.
+  const int32_t* stage_for_step(const int32_t* host, size_t n);
+  // Device memory a recorded launch may still name is freed after the step runs, not before.
+  void release(void* p);
+  bool capture_step();  // false: graphs are off now and the step has not run
+
   // false (and a log line naming `call`) on error.
+  // During a capture, failures on the capturing thread fail the capture instead (capture_error_).
   bool ok(cudaError_t e, const char* call) const;
+  bool capture_failed(const std::string& what) const;
   bool ok_launch(int e, const char* launcher) const { return ok(static_cast<cudaError_t>(e), launcher); }
   bool ok_blas(cublasStatus_t s, const char* call) const;
   void bind() const { cudaSetDevice(device_); }  // the device is per host thread in CUDA
@@ -132,13 +216,66 @@ class CudaBackend final : public Backend {
   std::vector<int32_t> tile_first_;  // attention's query tiles (one host array, staged like the plan's)
   void* scratch_[kScratchCount] = {};
   size_t scratch_bytes_[kScratchCount] = {};
+  void* blas_workspace_ = nullptr;
+
+  // step graphs
+  struct StepCopy {
+    const int32_t* host;
+    size_t offset;  // into pinned_
+    size_t n;
+    int32_t* device;
+  };
+  struct DeviceInts {
+    int32_t* device = nullptr;
+    size_t capacity = 0;
+  };
+  bool graphs_on_ = true;
+  std::atomic<bool> recording_{false};
+  std::string key_;
+  std::vector<std::function<void()>> pending_;
+  std::vector<StepCopy> step_copies_;
+  std::vector<DeviceInts> step_slots_;
+  int32_t* pinned_ = nullptr;  // the step's index arrays on their way up
+  size_t pinned_capacity_ = 0, pinned_used_ = 0;
+  cudaEvent_t pinned_free_ = nullptr;  // the last step's copies out of pinned_ are done
+  bool pinned_busy_ = false;
+  std::mutex released_mu_;
+  std::vector<void*> released_;
+  StepGraphCache graphs_{kMaxStepGraphs};
+  GraphCounters counters_;
+  mutable std::atomic<bool> capturing_{false};
+  std::thread::id capture_thread_;
+  mutable std::string capture_error_;
+
   mutable std::mutex error_mu_;  // copies run on another host thread than the forward pass
   mutable int n_errors_ = 0;
   mutable std::string first_error_;  // sticky: after it the device's results are not trusted
 };
 
+template <typename Launch, typename... Args>
+void CudaBackend::launch(const char* what, Launch fn, const Args&... args) {
+  static_assert(std::is_empty_v<Launch>, "a launch reads nothing but its arguments");
+  if (!recording_.load()) {
+    fn(*this, args...);
+    return;
+  }
+  append_key(key_, what);  // the op (a string literal: one address per op)
+  (append_key(key_, args), ...);
+  pending_.push_back([this, fn, args...] { fn(*this, args...); });
+}
+
+bool CudaBackend::capture_failed(const std::string& what) const {
+  if (!capturing_.load() || std::this_thread::get_id() != capture_thread_) return false;
+  if (capture_error_.empty()) capture_error_ = what;
+  return true;
+}
+
 bool CudaBackend::ok(cudaError_t e, const char* call) const {
   if (e == cudaSuccess) return true;
+  if (capture_failed(std::string(call) + ": " + cudaGetErrorName(e))) {
+    cudaGetLastError();
+    return false;
+  }
   std::lock_guard<std::mutex> lock(error_mu_);
   if (first_error_.empty()) {
     first_error_ = "CUDA error on " + name() + " in " + call + ": " + cudaGetErrorName(e) + " (" +
@@ -156,6 +293,7 @@ bool CudaBackend::ok(cudaError_t e, const char* call) const {
 
 bool CudaBackend::ok_blas(cublasStatus_t s, const char* call) const {
   if (s == CUBLAS_STATUS_SUCCESS) return true;
+  if (capture_failed(std::string(call) + ": " + cublasGetStatusString(s))) return false;
   std::lock_guard<std::mutex> lock(error_mu_);
   if (first_error_.empty()) {
     first_error_ = "cuBLAS error on " + name() + " in " + call + ": " + cublasGetStatusString(s);
@@ -197,6 +335,15 @@ Status CudaBackend::init() {
   if ((s = cublasSetStream(blas_, stream_)) != CUBLAS_STATUS_SUCCESS) {
     return fail("cublasSetStream", cublasGetStatusString(s));
   }
+  if ((e = cudaMalloc(&blas_workspace_, kBlasWorkspaceBytes)) != cudaSuccess) {
+    return fail("cudaMalloc (cuBLAS workspace)", cudaGetErrorString(e));
+  }
+  if ((s = cublasSetWorkspace(blas_, blas_workspace_, kBlasWorkspaceBytes)) != CUBLAS_STATUS_SUCCESS) {
+    return fail("cublasSetWorkspace", cublasGetStatusString(s));
+  }
+  if ((e = cudaEventCreateWithFlags(&pinned_free_, cudaEventDisableTiming)) != cudaSuccess) {
+    return fail("cudaEventCreateWithFlags (step arrays)", cudaGetErrorString(e));
+  }
   // No TF32 for F32 matrices: their results stay within float rounding of the CPU's.
   if ((s = cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH)) != CUBLAS_STATUS_SUCCESS) {
     return fail("cublasSetMathMode", cublasGetStatusString(s));
@@ -210,7 +357,13 @@ CudaBackend::~CudaBackend() {
   if (copy_stream_) cudaStreamSynchronize(copy_stream_);
   for (auto& [host, s] : staged_) cudaFree(s.device);
   for (void* p : scratch_) cudaFree(p);
+  for (void* g : graphs_.clear()) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g));
+  for (DeviceInts& slot : step_slots_) cudaFree(slot.device);
+  for (void* p : released_) cudaFree(p);
+  if (pinned_) cudaFreeHost(pinned_);
+  if (pinned_free_) cudaEventDestroy(pinned_free_);
   if (blas_) cublasDestroy(blas_);
+  cudaFree(blas_workspace_);
   if (stream_) cudaStreamDestroy(stream_);
   if (copy_stream_) cudaStreamDestroy(copy_stream_);
   if (fence_) cudaEventDestroy(fence_);
@@ -233,16 +386,22 @@ float* CudaBackend::alloc(size_t n) {
 
 void CudaBackend::free(float* p) {
   bind();
+  if (recording_.load()) {
+    release(p);
+    return;
+  }
   ok(cudaFree(p), "cudaFree");
 }
 
 void CudaBackend::upload(float* dst, const float* src, size_t n) {
+  end_graph();
   bind();
   // From pageable memory the call returns once `src` has been staged, so it may be reused.
   ok(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, stream_), "upload (cudaMemcpyAsync)");
 }
 
 void CudaBackend::download(float* dst, const float* src, size_t n) {
+  end_graph();
   bind();
   if (ok(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, stream_), "download (cudaMemcpyAsync)")) {
     ok(cudaStreamSynchronize(stream_), "download (cudaStreamSynchronize)");
@@ -250,6 +409,7 @@ void CudaBackend::download(float* dst, const float* src, size_t n) {
 }
 
 void CudaBackend::synchronize() {
+  end_graph();
   bind();
   ok(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }
@@ -303,6 +463,7 @@ size_t CudaBackend::free_device_bytes() const {
 }
 
 const int32_t* CudaBackend::stage(const int32_t* host, size_t n) {
+  if (recording_.load()) return stage_for_step(host, n);
   if (staged_.size() > kMaxStagedArrays && !staged_.count(host)) {  // callers' arrays moved
     for (auto& [h, old] : staged_) cudaFree(old.device);
     staged_.clear();
@@ -333,7 +494,11 @@ const int32_t* CudaBackend::stage(const int32_t* host, size_t n) {
 
 void* CudaBackend::scratch(Scratch which, size_t bytes) {
   if (bytes <= scratch_bytes_[which] && scratch_[which]) return scratch_[which];
-  cudaFree(scratch_[which]);  // waits for the work that may still use it
+  if (recording_.load()) {
+    release(scratch_[which]);
+  } else {
+    cudaFree(scratch_[which]);  // waits for the work that may still use it
+  }
   scratch_[which] = nullptr;
   scratch_bytes_[which] = 0;
   void* p = nullptr;
@@ -350,31 +515,40 @@ void CudaBackend::embedding(const int32_t* tokens, int32_t n_tokens, const float
   bind();
   const int32_t* d_tokens = stage(tokens, n_tokens);
   if (!d_tokens) return;
-  ok_launch(kernels::launch_embedding(d_tokens, n_tokens, table, dim, out, stream_), "launch_embedding");
+  launch("embedding", [](CudaBackend& b, const int32_t* t, int32_t n, const float* table, int32_t dim, float* out) {
+    b.ok_launch(kernels::launch_embedding(t, n, table, dim, out, b.stream_), "launch_embedding");
+  }, d_tokens, n_tokens, table, dim, out);
 }
 
 void CudaBackend::rmsnorm(const float* x, const float* w, int32_t n_rows, int32_t dim, float eps,
                           float* out) {
   bind();
-  ok_launch(kernels::launch_rmsnorm(x, w, n_rows, dim, eps, out, stream_), "launch_rmsnorm");
+  launch("rmsnorm", [](CudaBackend& b, const float* x, const float* w, int32_t n_rows, int32_t dim, float eps, float* out) {
+    b.ok_launch(kernels::launch_rmsnorm(x, w, n_rows, dim, eps, out, b.stream_), "launch_rmsnorm");
+  }, x, w, n_rows, dim, eps, out);
 }
 
 void CudaBackend::add_rmsnorm(float* x, const float* y, const float* weight, int32_t n_rows,
                               int32_t dim, float eps, float* out) {
   bind();
-  ok_launch(kernels::launch_add_rmsnorm(x, y, weight, n_rows, dim, eps, out, stream_), "launch_add_rmsnorm");
+  launch("add_rmsnorm", [](CudaBackend& b, float* x, const float* y, const float* weight, int32_t n_rows, int32_t dim,
+                           float eps, float* out) {
+    b.ok_launch(kernels::launch_add_rmsnorm(x, y, weight, n_rows, dim, eps, out, b.stream_), "launch_add_rmsnorm");
+  }, x, y, weight, n_rows, dim, eps, out);
 }
 
 void CudaBackend::matmul(const float* x, const WeightMatrix& w, int32_t n_rows, float* y) {
   bind();
   if (n_rows <= 0) return;
-  const float one = 1.0f, zero = 0.0f;
   // Row-major y[n_rows, n_out] = x[n_rows, n_in] · W[n_out, n_in]^T is, column-major,
   // y^T = W^T' x^T: cuBLAS sees W as an n_in × n_out matrix and transposes it.
   if (w.type == TensorType::kF32) {
-    ok_blas(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, w.n_out, n_rows, w.n_in, &one,
-                        static_cast<const float*>(w.data), w.n_in, x, w.n_in, &zero, y, w.n_out),
-            "cublasSgemm");
+    launch("sgemm", [](CudaBackend& b, const float* x, const WeightMatrix& w, int32_t n_rows, float* y) {
+      const float one = 1.0f, zero = 0.0f;
+      b.ok_blas(cublasSgemm(b.blas_, CUBLAS_OP_T, CUBLAS_OP_N, w.n_out, n_rows, w.n_in, &one,
+                            static_cast<const float*>(w.data), w.n_in, x, w.n_in, &zero, y, w.n_out),
+                "cublasSgemm");
+    }, x, w, n_rows, y);
     return;
   }
   const bool quantized = quantized_type(w.type), bf16 = w.type == TensorType::kBF16;
@@ -382,57 +556,79 @@ void CudaBackend::matmul(const float* x, const WeightMatrix& w, int32_t n_rows, 
     ok(cudaErrorInvalidValue, "matmul (weight type not uploaded as F32, F16, BF16 or a quantized type)");
     return;
   }
-  const auto type = static_cast<uint32_t>(w.type);
   if (n_rows <= kGemvMaxRows) {
-    if (quantized) {
-      ok_launch(kernels::launch_matmul_quant(type, x, w.data, n_rows, w.n_in, w.n_out, y, stream_),
-                "launch_matmul_quant");
-    } else if (bf16) {
-      ok_launch(kernels::launch_matmul_bf16(x, static_cast<const uint16_t*>(w.data), n_rows, w.n_in, w.n_out, y,
-                                            stream_),
-                "launch_matmul_bf16");
-    } else {
-      ok_launch(kernels::launch_matmul_f16(x, static_cast<const uint16_t*>(w.data), n_rows, w.n_in, w.n_out, y,
-                                           stream_),
-                "launch_matmul_f16");
-    }
+    launch("gemv", [](CudaBackend& b, const float* x, const WeightMatrix& w, int32_t n_rows, float* y) {
+      if (quantized_type(w.type)) {
+        b.ok_launch(kernels::launch_matmul_quant(static_cast<uint32_t>(w.type), x, w.data, n_rows, w.n_in, w.n_out, y,
+                                                 b.stream_),
+                    "launch_matmul_quant");
+      } else if (w.type == TensorType::kBF16) {
+        b.ok_launch(kernels::launch_matmul_bf16(x, static_cast<const uint16_t*>(w.data), n_rows, w.n_in, w.n_out, y,
+                                                b.stream_),
+                    "launch_matmul_bf16");
+      } else {
+        b.ok_launch(kernels::launch_matmul_f16(x, static_cast<const uint16_t*>(w.data), n_rows, w.n_in, w.n_out, y,
+                                               b.stream_),
+                    "launch_matmul_f16");
+      }
+    }, x, w, n_rows, y);
     return;
   }
   const int64_t n_x = static_cast<int64_t>(n_rows) * w.n_in;
-  if (bf16) {  // bfloat16 weights and activations, f32 sums
-    auto* xb = static_cast<uint16_t*>(scratch(kScratchHalfX, n_x * sizeof(uint16_t)));
-    if (!xb || !ok_launch(kernels::launch_f32_to_bf16(x, n_x, xb, stream_), "launch_f32_to_bf16")) return;
-    ok_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, w.n_out, n_rows, w.n_in, &one, w.data, CUDA_R_16BF,
-                         w.n_in, xb, CUDA_R_16BF, w.n_in, &zero, y, CUDA_R_32F, w.n_out, CUBLAS_COMPUTE_32F,
-                         CUBLAS_GEMM_DEFAULT),
-            "cublasGemmEx (BF16)");
-    return;
-  }
   auto* xh = static_cast<uint16_t*>(scratch(kScratchHalfX, n_x * sizeof(uint16_t)));
-  if (!xh || !ok_launch(kernels::launch_f32_to_f16(x, n_x, xh, stream_), "launch_f32_to_f16")) return;
-  // y[:, o0:o0+n] = x · W[o0:o0+n]^T: column-major, rows o0.. of y^T, whose leading dimension is n_out.
-  auto gemm_f16 = [&](const uint16_t* wh, int32_t o0, int32_t n) {
-    return ok_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, n, n_rows, w.n_in, &one, wh, CUDA_R_16F, w.n_in,
-                                xh, CUDA_R_16F, w.n_in, &zero, y + o0, CUDA_R_32F, w.n_out, CUBLAS_COMPUTE_32F,
-                                CUBLAS_GEMM_DEFAULT),
-                   "cublasGemmEx (F16)");
-  };
-  if (!quantized) {
-    gemm_f16(static_cast<const uint16_t*>(w.data), 0, w.n_out);
+  if (!xh) return;
+  if (bf16) {  // bfloat16 weights and activations, f32 sums
+    launch("gemm_bf16", [](CudaBackend& b, const float* x, const WeightMatrix& w, int32_t n_rows, float* y,
+                           uint16_t* xb) {
+      const float one = 1.0f, zero = 0.0f;
+      if (!b.ok_launch(kernels::launch_f32_to_bf16(x, static_cast<int64_t>(n_rows) * w.n_in, xb, b.stream_),
+                       "launch_f32_to_bf16")) {
+        return;
+      }
+      b.ok_blas(cublasGemmEx(b.blas_, CUBLAS_OP_T, CUBLAS_OP_N, w.n_out, n_rows, w.n_in, &one, w.data, CUDA_R_16BF,
+                             w.n_in, xb, CUDA_R_16BF, w.n_in, &zero, y, CUDA_R_32F, w.n_out, CUBLAS_COMPUTE_32F,
+                             CUBLAS_GEMM_DEFAULT),
+                "cublasGemmEx (BF16)");
+    }, x, w, n_rows, y, xh);
     return;
   }
-  const int64_t row_bytes = tensor_row_bytes(w.type, w.n_in);
-  const int32_t slice = std::min(kDequantRows, w.n_out);
-  auto* wh = static_cast<uint16_t*>(scratch(kScratchHalfW, static_cast<size_t>(slice) * w.n_in * sizeof(uint16_t)));
-  if (!wh) return;
-  for (int32_t o0 = 0; o0 < w.n_out; o0 += slice) {
-    const int32_t n = std::min(slice, w.n_out - o0);
-    const void* rows = static_cast<const uint8_t*>(w.data) + static_cast<int64_t>(o0) * row_bytes;
-    if (!ok_launch(kernels::launch_dequantize_f16(type, rows, n, w.n_in, wh, stream_), "launch_dequantize_f16") ||
-        !gemm_f16(wh, o0, n)) {
+  // A quantized matrix is dequantized kDequantRows rows at a time into wh.
+  uint16_t* wh = nullptr;
+  if (quantized) {
+    const int32_t slice = std::min(kDequantRows, w.n_out);
+    wh = static_cast<uint16_t*>(scratch(kScratchHalfW, static_cast<size_t>(slice) * w.n_in * sizeof(uint16_t)));
+    if (!wh) return;
+  }
+  launch("gemm_f16", [](CudaBackend& b, const float* x, const WeightMatrix& w, int32_t n_rows, float* y, uint16_t* xh,
+                        uint16_t* wh) {
+    if (!b.ok_launch(kernels::launch_f32_to_f16(x, static_cast<int64_t>(n_rows) * w.n_in, xh, b.stream_),
+                     "launch_f32_to_f16")) {
       return;
     }
-  }
+    // y[:, o0:o0+n] = x · W[o0:o0+n]^T: column-major, rows o0.. of y^T, whose leading dimension is n_out.
+    auto gemm = [&](const void* weights, int32_t o0, int32_t n) {
+      const float one = 1.0f, zero = 0.0f;
+      return b.ok_blas(cublasGemmEx(b.blas_, CUBLAS_OP_T, CUBLAS_OP_N, n, n_rows, w.n_in, &one, weights, CUDA_R_16F,
+                                    w.n_in, xh, CUDA_R_16F, w.n_in, &zero, y + o0, CUDA_R_32F, w.n_out,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                       "cublasGemmEx (F16)");
+    };
+    if (!wh) {
+      gemm(w.data, 0, w.n_out);
+      return;
+    }
+    const int64_t row_bytes = tensor_row_bytes(w.type, w.n_in);
+    const int32_t slice = std::min(kDequantRows, w.n_out);
+    for (int32_t o0 = 0; o0 < w.n_out; o0 += slice) {
+      const int32_t n = std::min(slice, w.n_out - o0);
+      const void* rows = static_cast<const uint8_t*>(w.data) + static_cast<int64_t>(o0) * row_bytes;
+      if (!b.ok_launch(kernels::launch_dequantize_f16(static_cast<uint32_t>(w.type), rows, n, w.n_in, wh, b.stream_),
+                       "launch_dequantize_f16") ||
+          !gemm(wh, o0, n)) {
+        return;
+      }
+    }
+  }, x, w, n_rows, y, xh, wh);
 }
 
 void CudaBackend::rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads,
@@ -440,8 +636,11 @@ void CudaBackend::rope(float* x, const int32_t* positions, int32_t n_tokens, int
   bind();
   const int32_t* d_pos = stage(positions, n_tokens);
   if (!d_pos) return;
-  ok_launch(kernels::launch_rope(x, d_pos, n_tokens, n_heads, head_dim, n_rot, freq_base, interleaved, stream_),
-            "launch_rope");
+  launch("rope", [](CudaBackend& b, float* x, const int32_t* pos, int32_t n_tokens, int32_t n_heads, int32_t head_dim,
+                    int32_t n_rot, float freq_base, bool interleaved) {
+    b.ok_launch(kernels::launch_rope(x, pos, n_tokens, n_heads, head_dim, n_rot, freq_base, interleaved, b.stream_),
+                "launch_rope");
+  }, x, d_pos, n_tokens, n_heads, head_dim, n_rot, freq_base, interleaved);
 }
 
 void CudaBackend::kv_write(const float* k, const float* v, const int32_t* slots, int32_t n_tokens,
@@ -449,7 +648,10 @@ void CudaBackend::kv_write(const float* k, const float* v, const int32_t* slots,
   bind();
   const int32_t* d_slots = stage(slots, n_tokens);
   if (!d_slots) return;
-  ok_launch(kernels::launch_kv_write(k, v, d_slots, n_tokens, cache, stream_), "launch_kv_write");
+  launch("kv_write", [](CudaBackend& b, const float* k, const float* v, const int32_t* slots, int32_t n_tokens,
+                        const kernels::PagedKV& cache) {
+    b.ok_launch(kernels::launch_kv_write(k, v, slots, n_tokens, cache, b.stream_), "launch_kv_write");
+  }, k, v, d_slots, n_tokens, cache);
 }
 
 void CudaBackend::paged_attention(const float* q, const kernels::PagedKV& cache,
@@ -461,6 +663,7 @@ void CudaBackend::paged_attention(const float* q, const kernels::PagedKV& cache,
   for (int32_t t = 0; t < plan.n_tokens; ++t) n_seqs = std::max(n_seqs, plan.token_seq[t] + 1);
   kernels::AttentionTiles tiles = kernels::attention_tiles(
       plan, kernels::attention_tile_tokens(n_heads, cache.n_kv_heads, cache.head_dim), &tile_first_);
+  tiles.span = coarse_span(tiles.span);
   kernels::AttentionPlan d_plan = plan;
   d_plan.token_seq = stage(plan.token_seq, plan.n_tokens);
   d_plan.positions = stage(plan.positions, plan.n_tokens);
@@ -474,22 +677,31 @@ void CudaBackend::paged_attention(const float* q, const kernels::PagedKV& cache,
     ws = static_cast<float*>(scratch(kScratchAttention, ws_floats * sizeof(float)));
     if (!ws) return;
   }
-  ok_launch(kernels::launch_paged_attention(q, cache, d_plan, n_heads, scale, tiles, ws, out, stream_),
-            "launch_paged_attention");
+  launch("paged_attention", [](CudaBackend& b, const float* q, const kernels::PagedKV& cache,
+                               const kernels::AttentionPlan& plan, int32_t n_heads, float scale,
+                               const kernels::AttentionTiles& tiles, float* ws, float* out) {
+    b.ok_launch(kernels::launch_paged_attention(q, cache, plan, n_heads, scale, tiles, ws, out, b.stream_),
+                "launch_paged_attention");
+  }, q, cache, d_plan, n_heads, scale, tiles, ws, out);
 }
 
 void CudaBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
   bind();
-  ok_launch(kernels::launch_swiglu(gate, up, n, out, stream_), "launch_swiglu");
+  launch("swiglu", [](CudaBackend& b, const float* gate, const float* up, int64_t n, float* out) {
+    b.ok_launch(kernels::launch_swiglu(gate, up, n, out, b.stream_), "launch_swiglu");
+  }, gate, up, n, out);
 }
 
 void CudaBackend::add(float* x, const float* y, int64_t n) {
   bind();
-  ok_launch(kernels::launch_add(x, y, n, stream_), "launch_add");
+  launch("add", [](CudaBackend& b, float* x, const float* y, int64_t n) {
+    b.ok_launch(kernels::launch_add(x, y, n, b.stream_), "launch_add");
+  }, x, y, n);
 }
 
 void CudaBackend::exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,
                              float* top1_prob, float* margin, float* entropy) {
+  end_graph();
   bind();
   if (n_rows <= 0) return;
   // [top1 | top1_prob | margin | entropy], n_rows each, 4 bytes per value
@@ -517,6 +729,7 @@ void CudaBackend::exit_stats(const float* logits, int32_t n_rows, int32_t n_voca
 
 void CudaBackend::sample_rows(const float* logits, int32_t n_vocab, const kernels::SampleRow* rows, int32_t n_rows,
                               const kernels::LogitAdjust* adjust, int32_t n_adjust, int32_t* token, float* logprob) {
+  end_graph();
   bind();
   if (n_rows <= 0) return;
   // [rows | adjust | token | logprob] up, 8-byte aligned, and the last two down after the kernels.
@@ -553,6 +766,131 @@ void CudaBackend::sample_rows(const float* logits, int32_t n_vocab, const kernel
   }
   std::memcpy(token, host.data(), 4 * static_cast<size_t>(n_rows));
   std::memcpy(logprob, host.data() + 4 * static_cast<size_t>(n_rows), 4 * static_cast<size_t>(n_rows));
+}
+
+// --- step graphs
+
+void CudaBackend::begin_graph() {
+  if (!graphs_on_ || recording_.load()) return;
+  bind();
+  // The last step's arrays may still be on their way up out of pinned_.
+  if (pinned_busy_ && !ok(cudaEventSynchronize(pinned_free_), "begin_graph (cudaEventSynchronize)")) return;
+  pinned_busy_ = false;
+  key_.clear();
+  pending_.clear();
+  step_copies_.clear();
+  pinned_used_ = 0;
+  recording_ = true;
+}
+
+const int32_t* CudaBackend::stage_for_step(const int32_t* host, size_t n) {
+  for (const StepCopy& c : step_copies_) {  // one array sent again unchanged (every layer's positions)
+    if (c.host == host && c.n == n && std::memcmp(pinned_ + c.offset, host, n * sizeof(int32_t)) == 0) return c.device;
+  }
+  const size_t i = step_copies_.size();
+  if (i == step_slots_.size()) step_slots_.emplace_back();
+  DeviceInts& slot = step_slots_[i];
+  if (slot.capacity < n) {
+    release(slot.device);
+    slot = {};
+    const size_t capacity = std::bit_ceil(std::max<size_t>(n, 256));
+    void* p = nullptr;
+    if (!ok(cudaMalloc(&p, capacity * sizeof(int32_t)), "cudaMalloc (step index array)")) return nullptr;
+    slot = {static_cast<int32_t*>(p), capacity};
+  }
+  if (pinned_used_ + n > pinned_capacity_) {  // nothing reads pinned_ until the step ends (begin_graph waited)
+    const size_t capacity = std::bit_ceil(std::max<size_t>(pinned_used_ + n, 4096));
+    void* p = nullptr;
+    if (!ok(cudaHostAlloc(&p, capacity * sizeof(int32_t), cudaHostAllocDefault), "cudaHostAlloc (step index arrays)")) {
+      return nullptr;
+    }
+    if (pinned_) {
+      std::memcpy(p, pinned_, pinned_used_ * sizeof(int32_t));
+      cudaFreeHost(pinned_);
+    }
+    pinned_ = static_cast<int32_t*>(p);
+    pinned_capacity_ = capacity;
+  }
+  std::memcpy(pinned_ + pinned_used_, host, n * sizeof(int32_t));
+  step_copies_.push_back({host, pinned_used_, n, slot.device});
+  pinned_used_ += n;
+  return slot.device;
+}
+
+void CudaBackend::release(void* p) {
+  if (!p) return;
+  std::lock_guard<std::mutex> lock(released_mu_);
+  released_.push_back(p);
+}
+
+void CudaBackend::end_graph() {
+  if (!recording_.load()) return;
+  bind();
+  recording_ = false;
+  if (!pending_.empty()) {
+    for (const StepCopy& c : step_copies_) {
+      ok(cudaMemcpyAsync(c.device, pinned_ + c.offset, c.n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+         "step graph (cudaMemcpyAsync, index arrays)");
+    }
+    if (!step_copies_.empty()) pinned_busy_ = ok(cudaEventRecord(pinned_free_, stream_), "step graph (cudaEventRecord)");
+    const StepGraphCache::Decision d = graphs_.decide(key_);
+    if (d.action == StepGraphCache::Action::kReplay) {
+      if (ok(cudaGraphLaunch(static_cast<cudaGraphExec_t>(d.graph), stream_), "cudaGraphLaunch")) ++counters_.replayed;
+    } else if (d.action == StepGraphCache::Action::kCapture && capture_step()) {
+      ++counters_.captured;
+    } else {
+      for (auto& run : pending_) run();
+      ++counters_.run;
+    }
+  }
+  pending_.clear();
+  std::vector<void*> released;
+  {
+    std::lock_guard<std::mutex> lock(released_mu_);
+    released.swap(released_);
+  }
+  for (void* p : released) ok(cudaFree(p), "cudaFree");  // waits for the step that named it
+}
+
+bool CudaBackend::capture_step() {
+  // No copy fence may record on the stream from another thread while it captures.
+  std::lock_guard<std::mutex> lock(fence_mu_);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  capture_error_.clear();
+  capture_thread_ = std::this_thread::get_id();
+  capturing_ = true;
+  cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
+  if (e == cudaSuccess) {
+    for (auto& run : pending_) run();
+    e = cudaStreamEndCapture(stream_, &graph);
+  }
+  capturing_ = false;
+  if (e == cudaSuccess && capture_error_.empty()) e = cudaGraphInstantiate(&exec, graph, 0);
+  if (graph) cudaGraphDestroy(graph);
+  if (e != cudaSuccess || !capture_error_.empty()) {
+    cudaGetLastError();
+    std::fprintf(stderr, "helios: CUDA graphs off on %s: a step could not be captured (%s); steps run op by op\n",
+                 name().c_str(), capture_error_.empty() ? cudaGetErrorName(e) : capture_error_.c_str());
+    if (exec) cudaGraphExecDestroy(exec);
+    graphs_on_ = false;
+    return false;
+  }
+  if (void* old = graphs_.store(key_, exec)) {
+    ok(cudaStreamSynchronize(stream_), "step graph (cudaStreamSynchronize)");
+    cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(old));
+  }
+  ok(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
+  return true;
+}
+
+void CudaBackend::set_graphs(bool on) {
+  end_graph();
+  bind();
+  graphs_on_ = on;
+  if (on) return;
+  ok(cudaStreamSynchronize(stream_), "set_graphs (cudaStreamSynchronize)");
+  for (void* g : graphs_.clear()) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g));
 }
 
 }  // namespace

@@ -59,7 +59,7 @@ TEST(ConfigErrors, UnknownKeySuggestsTheClosest) {
             "cfg.yaml:6:3: engine.blok_size: unknown key; did you mean 'block_size'? Valid "
             "'engine' keys: backend, threads, tensor_parallel, kv_cache, kv_cache_type, block_size, "
             "max_batched_tokens, "
-            "max_seqs, queue_limit, preemption, swap_space, prefix_caching, device_sampling");
+            "max_seqs, queue_limit, preemption, swap_space, prefix_caching, device_sampling, cuda_graphs");
 }
 
 TEST(ConfigErrors, UnknownTopLevelKey) {
@@ -127,7 +127,8 @@ TEST(ConfigErrors, MapWhereListExpected) {
 TEST(ConfigErrors, ListWhereMapExpected) {
   EXPECT_EQ(config_error(with_model("engine:\n  - threads: 2\n")),
             "cfg.yaml:5:3: engine: expected a map of keys (backend, threads, tensor_parallel, kv_cache, kv_cache_type, "
-            "block_size, max_batched_tokens, max_seqs, queue_limit, preemption, swap_space, prefix_caching, device_sampling), got a list");
+            "block_size, max_batched_tokens, max_seqs, queue_limit, preemption, swap_space, prefix_caching, device_sampling, "
+            "cuda_graphs), got a list");
 }
 
 TEST(ConfigErrors, MapWhereScalarExpected) {

@@ -226,6 +226,18 @@ TEST(ConfigRoundTrip, DeviceSampling) {
   EXPECT_NE(bad.status().message().find("auto"), std::string::npos) << bad.status().message();
 }
 
+TEST(ConfigRoundTrip, CudaGraphs) {
+  StatusOr<HeliosConfig> plain = parse_config(with_model("engine:\n  threads: 1\n"), "cfg.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EXPECT_TRUE(plain->engine.cuda_graphs);  // on unless turned off
+  StatusOr<HeliosConfig> off = parse_config(with_model("engine:\n  cuda_graphs: false\n"), "cfg.yaml");
+  ASSERT_TRUE(off.ok()) << off.status().to_string();
+  EXPECT_FALSE(off->engine.cuda_graphs);
+  StatusOr<HeliosConfig> bad = parse_config(with_model("engine:\n  cuda_graphs: sometimes\n"), "cfg.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("engine.cuda_graphs"), std::string::npos) << bad.status().message();
+}
+
 TEST(ConfigRoundTrip, KvCacheTypes) {
   const auto type = [](const std::string& yaml) {
     StatusOr<HeliosConfig> parsed = parse_config(with_model(yaml), "cfg.yaml");
