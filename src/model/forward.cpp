@@ -254,8 +254,9 @@ StatusOr<ForwardResult> Model::forward_rank(const ForwardBatch& batch, KvCacheSt
   const ModelConfig& c = config_;
   Workspace& ws = *ws_;
   const auto n = static_cast<int32_t>(ws.tokens.size());
-  // A decode step makes the launches the last one made: the backend may replay them as one graph,
-  // up to the first read of their results (an exit point's statistics, or the heads').
+  // A decode step makes the launches the last one made: the backend may replay each stretch of
+  // them between reads of their results (an exit point's statistics, the heads') as one graph.
+  // begin_graph() while a stretch records changes nothing.
   const bool graphed = !comm_ && is_decode_step(batch);
   if (graphed) backend_.begin_graph();
 
@@ -268,6 +269,7 @@ StatusOr<ForwardResult> Model::forward_rank(const ForwardBatch& batch, KvCacheSt
 
   for (int32_t l = batch.first_layer; l < p.end_layer; ++l) {
     if (p.active.empty() && p.exited.empty()) break;
+    if (graphed) backend_.begin_graph();  // again after an exit point's read
     const int32_t layer_no = l + 1;  // blocks done after this one
     const bool exit_here = p.checks_exits && layer_no < p.end_layer && is_exit_point(layer_no);
     if (exit_here && p.saturation) save_states_before_block(p);
@@ -278,6 +280,7 @@ StatusOr<ForwardResult> Model::forward_rank(const ForwardBatch& batch, KvCacheSt
     if (batch.observe_exits && layer_no < p.end_layer && is_exit_point(layer_no)) observe_exits(p, layer_no);
     if (exit_here) check_exits(p, layer_no);
   }
+  if (graphed) backend_.begin_graph();
   final_heads(p);
   if (graphed) backend_.end_graph();
   HELIOS_RETURN_IF_ERROR(backend_.error());  // the logits of a failed call are garbage

@@ -16,7 +16,7 @@
 // copies only blocks the pass in flight leaves alone, and copy_wait ends them before the blocks
 // are used.
 //
-// Step graphs: between begin_graph() and end_graph() (a decode step, up to the first read of its
+// Step graphs: between begin_graph() and end_graph() (a stretch of a decode step between reads of its
 // results) each op is recorded as a launch with its arguments instead of run, and its host arrays
 // are copied into pinned memory. At the step's end the arrays go up into device buffers that keep
 // their place from step to step, and the launches run one of three ways (StepGraphCache): op by
