@@ -112,6 +112,18 @@ class Backend {
   virtual void sample_rows(const float* logits, int32_t n_vocab, const kernels::SampleRow* host_rows, int32_t n_rows,
                            const kernels::LogitAdjust* host_adjust, int32_t n_adjust, int32_t* host_token,
                            float* host_logprob);
+  // exit_stats of n_rows rows, then sample_rows of draws among them (rows of n_vocab), with one
+  // wait for the device for both. The default: the two in turn.
+  virtual void exit_stats_and_sample(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* host_top1,
+                                     float* host_top1_prob, float* host_margin, float* host_entropy,
+                                     const kernels::SampleRow* host_draws, int32_t n_draws,
+                                     const kernels::LogitAdjust* host_adjust, int32_t n_adjust, int32_t* host_token,
+                                     float* host_logprob) {
+    exit_stats(logits, n_rows, n_vocab, host_top1, host_top1_prob, host_margin, host_entropy);
+    if (n_draws > 0) {
+      sample_rows(logits, n_vocab, host_draws, n_draws, host_adjust, n_adjust, host_token, host_logprob);
+    }
+  }
 
   // --- step graphs, optional (CUDA graphs)
   // The ops from begin_graph() to end_graph(), or to the first call that waits for the device

@@ -253,16 +253,27 @@ class Model {
   // `vocab` > 0: over the first `vocab` token ids only, rows packed [rows.size(), vocab].
   void head_logits(const float* states, const std::vector<int32_t>& rows, int32_t layer, int32_t vocab = 0);
   void download_rows(const float* states, const std::vector<int32_t>& rows, float* host);
-  // Of the first n rows of the logits (rows of `vocab` entries where given, else n_vocab).
-  std::vector<ConfidenceStats> logit_stats(int32_t n_rows, int32_t vocab = 0);
-  // Workspace logits rows (of `vocab` entries, else n_vocab) into the result, kLogitOff past them,
-  // with their statistics' top-1; a top1_only row keeps the statistics alone, a row with a draw
-  // its token from Backend::sample_rows.
   struct KeptRow {
     int32_t logits_row = 0, result_row = 0;
     ConfidenceStats stats;
   };
-  void keep_logits(Pass& p, const std::vector<KeptRow>& kept, int32_t vocab = 0);
+  // The kept rows whose entries draw their token where the logits are (SequenceBatchEntry::draw),
+  // as Backend::sample_rows takes them, and the tokens once drawn.
+  struct Draws {
+    std::vector<kernels::SampleRow> rows;
+    std::vector<kernels::LogitAdjust> adjust;
+    std::vector<int32_t> result_rows;  // of each draw
+    std::vector<int32_t> token;
+    std::vector<float> logprob;
+  };
+  Draws plan_draws(const Pass& p, const std::vector<KeptRow>& kept) const;
+  // Of the first n rows of the logits (rows of `vocab` entries where given, else n_vocab); with
+  // `draws` (full-width rows only), their tokens too, in the same wait for the device.
+  std::vector<ConfidenceStats> logit_stats(int32_t n_rows, int32_t vocab = 0, Draws* draws = nullptr);
+  // Workspace logits rows (of `vocab` entries, else n_vocab) into the result, kLogitOff past them,
+  // with their statistics' top-1; a top1_only row keeps the statistics alone, a row with a draw
+  // its token: from `drawn` (logit_stats drew them), else drawn here by Backend::sample_rows.
+  void keep_logits(Pass& p, const std::vector<KeptRow>& kept, int32_t vocab = 0, Draws* drawn = nullptr);
 
   Backend& backend_;
   std::string path_;  // the GGUF file, for load_layers_range

@@ -175,48 +175,66 @@ void Model::download_rows(const float* states, const std::vector<int32_t>& rows,
   backend_.download(host, ws.head_tmp.data(), rows.size() * config_.n_embd);
 }
 
-std::vector<ConfidenceStats> Model::logit_stats(int32_t n_rows, int32_t vocab) {
+std::vector<ConfidenceStats> Model::logit_stats(int32_t n_rows, int32_t vocab, Draws* draws) {
   std::vector<int32_t> top1(n_rows);
   std::vector<float> p1(n_rows), margin(n_rows), entropy(n_rows);
-  backend_.exit_stats(ws_->logits.data(), n_rows, vocab > 0 ? vocab : config_.n_vocab, top1.data(), p1.data(), margin.data(),
-                      entropy.data());
+  const int32_t width = vocab > 0 ? vocab : config_.n_vocab;
+  if (draws && !draws->rows.empty() && width == config_.n_vocab) {
+    const auto n = static_cast<int32_t>(draws->rows.size());
+    draws->token.assign(n, -1);
+    draws->logprob.assign(n, 0.0f);
+    backend_.exit_stats_and_sample(ws_->logits.data(), n_rows, width, top1.data(), p1.data(), margin.data(),
+                                   entropy.data(), draws->rows.data(), n, draws->adjust.data(),
+                                   static_cast<int32_t>(draws->adjust.size()), draws->token.data(),
+                                   draws->logprob.data());
+  } else {
+    backend_.exit_stats(ws_->logits.data(), n_rows, width, top1.data(), p1.data(), margin.data(), entropy.data());
+  }
   std::vector<ConfidenceStats> out(n_rows);
   for (int32_t i = 0; i < n_rows; ++i) out[i] = {top1[i], p1[i], margin[i], entropy[i]};
   return out;
 }
 
-void Model::keep_logits(Pass& p, const std::vector<KeptRow>& kept, int32_t vocab) {
+Model::Draws Model::plan_draws(const Pass& p, const std::vector<KeptRow>& kept) const {
+  Draws d;
+  for (const KeptRow& k : kept) {
+    const SequenceBatchEntry& e = p.batch.seqs[p.result.row_seq[k.result_row]];
+    if (!e.draw) continue;
+    kernels::SampleRow row = e.draw->row;
+    row.logits_row = k.logits_row;
+    row.adjust_begin = static_cast<int32_t>(d.adjust.size());
+    d.adjust.insert(d.adjust.end(), e.draw->adjust.begin(), e.draw->adjust.end());
+    row.adjust_end = static_cast<int32_t>(d.adjust.size());
+    d.rows.push_back(row);
+    d.result_rows.push_back(k.result_row);
+  }
+  return d;
+}
+
+void Model::keep_logits(Pass& p, const std::vector<KeptRow>& kept, int32_t vocab, Draws* drawn) {
   const int32_t n_vocab = config_.n_vocab, width = vocab > 0 ? vocab : n_vocab;
+  Draws here;
+  if (!drawn || drawn->token.size() != drawn->rows.size()) {
+    here = plan_draws(p, kept);
+    const auto n = static_cast<int32_t>(here.rows.size());
+    here.token.assign(n, -1);
+    here.logprob.assign(n, 0.0f);
+    if (n > 0) {
+      backend_.sample_rows(ws_->logits.data(), n_vocab, here.rows.data(), n, here.adjust.data(),
+                           static_cast<int32_t>(here.adjust.size()), here.token.data(), here.logprob.data());
+    }
+    drawn = &here;
+  }
+  for (size_t i = 0; i < drawn->rows.size(); ++i) {
+    p.result.row_token[drawn->result_rows[i]] = drawn->token[i];
+    p.result.row_token_logprob[drawn->result_rows[i]] = drawn->logprob[i];
+  }
   std::vector<KeptRow> download;
-  std::vector<kernels::SampleRow> draws;
-  std::vector<kernels::LogitAdjust> adjust;
-  std::vector<int32_t> drawn_rows;  // result rows of `draws`
   for (const KeptRow& k : kept) {
     p.result.row_top1[k.result_row] = k.stats.top1;
     p.result.row_top1_prob[k.result_row] = k.stats.top1_prob;
     const SequenceBatchEntry& e = p.batch.seqs[p.result.row_seq[k.result_row]];
-    if (e.draw) {  // the token is drawn where the logits are
-      kernels::SampleRow row = e.draw->row;
-      row.logits_row = k.logits_row;
-      row.adjust_begin = static_cast<int32_t>(adjust.size());
-      adjust.insert(adjust.end(), e.draw->adjust.begin(), e.draw->adjust.end());
-      row.adjust_end = static_cast<int32_t>(adjust.size());
-      draws.push_back(row);
-      drawn_rows.push_back(k.result_row);
-    } else if (!e.top1_only) {  // top1_only: the statistics alone
-      download.push_back(k);
-    }
-  }
-  if (!draws.empty()) {
-    const auto n = static_cast<int32_t>(draws.size());
-    std::vector<int32_t> token(n);
-    std::vector<float> logprob(n);
-    backend_.sample_rows(ws_->logits.data(), n_vocab, draws.data(), n, adjust.data(), static_cast<int32_t>(adjust.size()),
-                         token.data(), logprob.data());
-    for (int32_t i = 0; i < n; ++i) {
-      p.result.row_token[drawn_rows[i]] = token[i];
-      p.result.row_token_logprob[drawn_rows[i]] = logprob[i];
-    }
+    if (!e.draw && !e.top1_only) download.push_back(k);  // a draw: its token; top1_only: the statistics alone
   }
   // Rows consecutive in both the workspace and the result (a batch's rows at full depth, in
   // order) come down in one copy: one wait for the device instead of one per row.
@@ -540,13 +558,13 @@ void Model::check_exits(Pass& p, int32_t layer_no) {
   keep_logits(p, kept);
   if (!need_head.empty()) {
     head_logits(ws.x.data(), need_head, layer_no);
-    const std::vector<ConfidenceStats> head_stats = logit_stats(static_cast<int32_t>(need_head.size()));
-    p.result.head_rows += static_cast<int64_t>(need_head.size());
     kept.clear();
-    for (size_t j = 0; j < need_head.size(); ++j) {
-      kept.push_back({static_cast<int32_t>(j), ws.token_row[p.active[need_head[j]]], head_stats[j]});
-    }
-    keep_logits(p, kept);
+    for (size_t j = 0; j < need_head.size(); ++j) kept.push_back({static_cast<int32_t>(j), ws.token_row[p.active[need_head[j]]], {}});
+    Draws draws = plan_draws(p, kept);  // these all leave: drawn with their statistics
+    const std::vector<ConfidenceStats> head_stats = logit_stats(static_cast<int32_t>(need_head.size()), 0, &draws);
+    p.result.head_rows += static_cast<int64_t>(need_head.size());
+    for (size_t j = 0; j < need_head.size(); ++j) kept[j].stats = head_stats[j];
+    keep_logits(p, kept, 0, &draws);
   }
   if (std::find(leaves.begin(), leaves.end(), 1) != leaves.end()) remove_leaving(p, leaves, layer_no, false);
 }
@@ -606,19 +624,22 @@ void Model::final_heads(Pass& p) {
   if (!rows.empty()) {
     const int32_t vocab = p.batch.head_vocab;
     head_logits(ws.x.data(), rows, p.end_layer, vocab);
-    const std::vector<ConfidenceStats> stats = logit_stats(static_cast<int32_t>(rows.size()), vocab);
-    p.result.head_rows += static_cast<int64_t>(rows.size());
+    // Every row leaves here, so the drawn ones come down with the statistics, in one wait.
     std::vector<KeptRow> kept;
+    for (size_t j = 0; j < rows.size(); ++j) kept.push_back({static_cast<int32_t>(j), ws.token_row[p.active[rows[j]]], {}});
+    Draws draws = plan_draws(p, kept);
+    const std::vector<ConfidenceStats> stats = logit_stats(static_cast<int32_t>(rows.size()), vocab, &draws);
+    p.result.head_rows += static_cast<int64_t>(rows.size());
     for (size_t j = 0; j < rows.size(); ++j) {
       const int32_t t = p.active[rows[j]];
       const int32_t row = ws.token_row[t];
-      kept.push_back({static_cast<int32_t>(j), row, stats[j]});
+      kept[j].stats = stats[j];
       p.result.row_exit_layer[row] = p.end_layer;
       const ConfidenceMeasure m = p.rule(ws, t).measure;
       p.result.row_confidence[row] = confidence_value(
           stats[j], is_cheap_measure(m) ? ConfidenceMeasure::kTop1Prob : m, vocab > 0 ? vocab : c.n_vocab);
     }
-    keep_logits(p, kept, vocab);
+    keep_logits(p, kept, vocab, &draws);
   }
   if (p.batch.return_hidden && !p.active.empty()) {
     std::vector<int32_t> all(p.active.size());

@@ -125,6 +125,19 @@ TEST(GpuParity, BackendSampleRowsTakeTheHostSamplersTokens) {
     (*backend)->sample_rows(d_logits, n_vocab, rows.data(), n_rows, adjust.data(), static_cast<int32_t>(adjust.size()),
                             got.data(), logprob.data());
     ASSERT_TRUE((*backend)->error().ok()) << (*backend)->error().to_string();
+    // The same draws beside every row's statistics, in one wait: the same tokens, and the
+    // statistics exit_stats gives alone.
+    std::vector<int32_t> both_token(n_rows), top1(n_rows), top1_alone(n_rows);
+    std::vector<float> both_logprob(n_rows), stats(4 * n_rows), stats_alone(4 * n_rows);
+    (*backend)->exit_stats_and_sample(d_logits, n_rows, n_vocab, top1.data(), stats.data(), stats.data() + n_rows,
+                                      stats.data() + 2 * n_rows, rows.data(), n_rows, adjust.data(),
+                                      static_cast<int32_t>(adjust.size()), both_token.data(), both_logprob.data());
+    (*backend)->exit_stats(d_logits, n_rows, n_vocab, top1_alone.data(), stats_alone.data(), stats_alone.data() + n_rows,
+                           stats_alone.data() + 2 * n_rows);
+    EXPECT_EQ(both_token, got) << "step " << step;
+    EXPECT_EQ(both_logprob, logprob) << "step " << step;
+    EXPECT_EQ(top1, top1_alone) << "step " << step;
+    EXPECT_EQ(stats, stats_alone) << "step " << step;
     for (int32_t i = 0; i < n_rows; ++i) {
       std::vector<float> row(logits.begin() + static_cast<size_t>(n_rows - 1 - i) * n_vocab,
                              logits.begin() + static_cast<size_t>(n_rows - i) * n_vocab);

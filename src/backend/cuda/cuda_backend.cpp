@@ -43,10 +43,12 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -168,6 +170,10 @@ class CudaBackend final : public Backend {
                   float* top1_prob, float* margin, float* entropy) override;
   void sample_rows(const float* logits, int32_t n_vocab, const kernels::SampleRow* rows, int32_t n_rows,
                    const kernels::LogitAdjust* adjust, int32_t n_adjust, int32_t* token, float* logprob) override;
+  void exit_stats_and_sample(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1, float* top1_prob,
+                             float* margin, float* entropy, const kernels::SampleRow* draws, int32_t n_draws,
+                             const kernels::LogitAdjust* adjust, int32_t n_adjust, int32_t* token,
+                             float* logprob) override;
   Status error() const override {
     std::lock_guard<std::mutex> lock(error_mu_);
     return first_error_.empty() ? ok_status() : internal_error(first_error_);
@@ -195,6 +201,12 @@ class CudaBackend final : public Backend {
   // Device memory a recorded launch may still name is freed after the step runs, not before.
   void release(void* p);
   bool capture_step();  // false: graphs are off now and the step has not run
+  // The device halves of exit_stats and sample_rows: launched, their results left in scratch
+  // memory (16 and 8 bytes per row) for download_results, which brings parts down in one wait.
+  const uint8_t* enqueue_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab);
+  const uint8_t* enqueue_sample(const float* logits, int32_t n_vocab, const kernels::SampleRow* rows, int32_t n_rows,
+                                const kernels::LogitAdjust* adjust, int32_t n_adjust);
+  bool download_results(std::initializer_list<std::pair<const uint8_t*, size_t>> parts, std::vector<uint8_t>& host);
 
   // false (and a log line naming `call`) on error.
   // During a capture, failures on the capturing thread fail the capture instead (capture_error_).
@@ -699,41 +711,26 @@ void CudaBackend::add(float* x, const float* y, int64_t n) {
   }, x, y, n);
 }
 
-void CudaBackend::exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,
-                             float* top1_prob, float* margin, float* entropy) {
-  end_graph();
-  bind();
-  if (n_rows <= 0) return;
-  // [top1 | top1_prob | margin | entropy], n_rows each, 4 bytes per value
+// [top1 | top1_prob | margin | entropy], n_rows each, 4 bytes per value, left on the device.
+const uint8_t* CudaBackend::enqueue_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab) {
   auto* d = static_cast<uint8_t*>(scratch(kScratchStats, 4 * sizeof(float) * n_rows));
-  if (!d) return;
+  if (!d) return nullptr;
   const size_t n = static_cast<size_t>(n_rows);
   auto* d_top1 = reinterpret_cast<int32_t*>(d);
   auto* d_prob = reinterpret_cast<float*>(d + 4 * n);
   auto* d_margin = reinterpret_cast<float*>(d + 8 * n);
   auto* d_entropy = reinterpret_cast<float*>(d + 12 * n);
-  if (!ok_launch(kernels::launch_exit_stats(logits, n_rows, n_vocab, d_top1, d_prob, d_margin, d_entropy, stream_),
-                 "launch_exit_stats")) {
-    return;
-  }
-  std::vector<uint8_t> host(16 * n);
-  if (!ok(cudaMemcpyAsync(host.data(), d, host.size(), cudaMemcpyDeviceToHost, stream_), "exit_stats (cudaMemcpyAsync)") ||
-      !ok(cudaStreamSynchronize(stream_), "exit_stats (cudaStreamSynchronize)")) {
-    return;
-  }
-  std::memcpy(top1, host.data(), 4 * n);
-  std::memcpy(top1_prob, host.data() + 4 * n, 4 * n);
-  std::memcpy(margin, host.data() + 8 * n, 4 * n);
-  std::memcpy(entropy, host.data() + 12 * n, 4 * n);
+  return ok_launch(kernels::launch_exit_stats(logits, n_rows, n_vocab, d_top1, d_prob, d_margin, d_entropy, stream_),
+                   "launch_exit_stats")
+             ? d
+             : nullptr;
 }
 
-void CudaBackend::sample_rows(const float* logits, int32_t n_vocab, const kernels::SampleRow* rows, int32_t n_rows,
-                              const kernels::LogitAdjust* adjust, int32_t n_adjust, int32_t* token, float* logprob) {
-  end_graph();
-  bind();
-  if (n_rows <= 0) return;
-  // [rows | adjust | token | logprob] up, 8-byte aligned, and the last two down after the kernels.
-  // Rows go through in groups so the sort's workspace stays bounded (about 16 bytes per logit).
+// [token | logprob], n_rows each, left on the device.
+const uint8_t* CudaBackend::enqueue_sample(const float* logits, int32_t n_vocab, const kernels::SampleRow* rows,
+                                           int32_t n_rows, const kernels::LogitAdjust* adjust, int32_t n_adjust) {
+  // [rows | adjust | token | logprob], 8-byte aligned: the first two go up. Rows go through in
+  // groups so the sort's workspace stays bounded (about 16 bytes per logit).
   constexpr int32_t kGroup = 32;
   const size_t rows_bytes = sizeof(kernels::SampleRow) * n_rows, adjust_bytes = sizeof(kernels::LogitAdjust) * n_adjust;
   const size_t adjust_at = (rows_bytes + 7) / 8 * 8, out_at = adjust_at + (adjust_bytes + 7) / 8 * 8;
@@ -741,31 +738,96 @@ void CudaBackend::sample_rows(const float* logits, int32_t n_vocab, const kernel
   const int32_t group = std::min(n_rows, kGroup);
   const size_t ws_bytes = kernels::sample_rows_workspace_bytes(group, n_vocab);
   void* ws = scratch(kScratchSample, ws_bytes);
-  if (!io || !ws) return;
+  if (!io || !ws) return nullptr;
   auto* d_rows = reinterpret_cast<kernels::SampleRow*>(io);
   auto* d_adjust = reinterpret_cast<kernels::LogitAdjust*>(io + adjust_at);
   auto* d_token = reinterpret_cast<int32_t*>(io + out_at);
   auto* d_logprob = reinterpret_cast<float*>(io + out_at + 4 * static_cast<size_t>(n_rows));
-  if (!ok(cudaMemcpyAsync(d_rows, rows, rows_bytes, cudaMemcpyHostToDevice, stream_), "sample_rows (rows)")) return;
+  if (!ok(cudaMemcpyAsync(d_rows, rows, rows_bytes, cudaMemcpyHostToDevice, stream_), "sample_rows (rows)")) return nullptr;
   if (n_adjust > 0 &&
       !ok(cudaMemcpyAsync(d_adjust, adjust, adjust_bytes, cudaMemcpyHostToDevice, stream_), "sample_rows (adjust)")) {
-    return;
+    return nullptr;
   }
   for (int32_t first = 0; first < n_rows; first += kGroup) {
     const int32_t n = std::min(kGroup, n_rows - first);
     if (!ok_launch(kernels::launch_sample_rows(logits, n_vocab, d_rows + first, n, d_adjust, ws, ws_bytes, d_token + first,
                                                d_logprob + first, stream_),
                    "launch_sample_rows")) {
-      return;
+      return nullptr;
     }
   }
-  std::vector<uint8_t> host(8 * static_cast<size_t>(n_rows));
-  if (!ok(cudaMemcpyAsync(host.data(), io + out_at, host.size(), cudaMemcpyDeviceToHost, stream_), "sample_rows (download)") ||
-      !ok(cudaStreamSynchronize(stream_), "sample_rows (cudaStreamSynchronize)")) {
+  return io + out_at;
+}
+
+// Each (device, bytes) into `host` one after another, then one wait.
+bool CudaBackend::download_results(std::initializer_list<std::pair<const uint8_t*, size_t>> parts,
+                                   std::vector<uint8_t>& host) {
+  size_t total = 0;
+  for (const auto& [d, bytes] : parts) total += bytes;
+  host.resize(total);
+  size_t at = 0;
+  for (const auto& [d, bytes] : parts) {
+    if (!ok(cudaMemcpyAsync(host.data() + at, d, bytes, cudaMemcpyDeviceToHost, stream_), "results (cudaMemcpyAsync)")) {
+      return false;
+    }
+    at += bytes;
+  }
+  return ok(cudaStreamSynchronize(stream_), "results (cudaStreamSynchronize)");
+}
+
+void unpack_stats(const uint8_t* host, size_t n, int32_t* top1, float* top1_prob, float* margin, float* entropy) {
+  std::memcpy(top1, host, 4 * n);
+  std::memcpy(top1_prob, host + 4 * n, 4 * n);
+  std::memcpy(margin, host + 8 * n, 4 * n);
+  std::memcpy(entropy, host + 12 * n, 4 * n);
+}
+
+void unpack_draws(const uint8_t* host, size_t n, int32_t* token, float* logprob) {
+  std::memcpy(token, host, 4 * n);
+  std::memcpy(logprob, host + 4 * n, 4 * n);
+}
+
+void CudaBackend::exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,
+                             float* top1_prob, float* margin, float* entropy) {
+  end_graph();
+  bind();
+  if (n_rows <= 0) return;
+  const size_t n = static_cast<size_t>(n_rows);
+  const uint8_t* d = enqueue_exit_stats(logits, n_rows, n_vocab);
+  std::vector<uint8_t> host;
+  if (d && download_results({{d, 16 * n}}, host)) unpack_stats(host.data(), n, top1, top1_prob, margin, entropy);
+}
+
+void CudaBackend::sample_rows(const float* logits, int32_t n_vocab, const kernels::SampleRow* rows, int32_t n_rows,
+                              const kernels::LogitAdjust* adjust, int32_t n_adjust, int32_t* token, float* logprob) {
+  end_graph();
+  bind();
+  if (n_rows <= 0) return;
+  const size_t n = static_cast<size_t>(n_rows);
+  const uint8_t* d = enqueue_sample(logits, n_vocab, rows, n_rows, adjust, n_adjust);
+  std::vector<uint8_t> host;
+  if (d && download_results({{d, 8 * n}}, host)) unpack_draws(host.data(), n, token, logprob);
+}
+
+void CudaBackend::exit_stats_and_sample(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,
+                                        float* top1_prob, float* margin, float* entropy,
+                                        const kernels::SampleRow* draws, int32_t n_draws,
+                                        const kernels::LogitAdjust* adjust, int32_t n_adjust, int32_t* token,
+                                        float* logprob) {
+  end_graph();
+  bind();
+  if (n_rows <= 0) return;
+  if (n_draws <= 0) {
+    exit_stats(logits, n_rows, n_vocab, top1, top1_prob, margin, entropy);
     return;
   }
-  std::memcpy(token, host.data(), 4 * static_cast<size_t>(n_rows));
-  std::memcpy(logprob, host.data() + 4 * static_cast<size_t>(n_rows), 4 * static_cast<size_t>(n_rows));
+  const size_t n = static_cast<size_t>(n_rows), nd = static_cast<size_t>(n_draws);
+  const uint8_t* stats = enqueue_exit_stats(logits, n_rows, n_vocab);
+  const uint8_t* drawn = stats ? enqueue_sample(logits, n_vocab, draws, n_draws, adjust, n_adjust) : nullptr;
+  std::vector<uint8_t> host;
+  if (!drawn || !download_results({{stats, 16 * n}, {drawn, 8 * nd}}, host)) return;
+  unpack_stats(host.data(), n, top1, top1_prob, margin, entropy);
+  unpack_draws(host.data() + 16 * n, nd, token, logprob);
 }
 
 // --- step graphs
