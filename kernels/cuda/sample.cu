@@ -61,6 +61,13 @@ size_t sort_storage_bytes(int32_t n_rows, int32_t n_vocab) {
   return bytes;
 }
 
+// The sort key of a logit: tempered, and -0 as +0 (the radix sort orders -0 below +0; the host's
+// comparisons take them as equal, leaving the tie to the ids).
+__device__ __forceinline__ float sort_key(float z, float temperature) {
+  const float k = temperature == 0.0f ? z : z / temperature;
+  return k == 0.0f ? 0.0f : k;
+}
+
 __device__ __forceinline__ float adjusted(const LogitAdjust& a, float x, float repetition_penalty) {
   float y = x + a.bias;
   if (a.repeat) y = y > 0 ? y / repetition_penalty : y * repetition_penalty;
@@ -80,7 +87,7 @@ __global__ void tempered_kernel(const float* logits, int32_t n_vocab, const Samp
   const SampleRow row = rows[r];
   const float x = logits[static_cast<int64_t>(row.logits_row) * n_vocab + i];
   const size_t at = static_cast<size_t>(r) * n_vocab + i;
-  keys[at] = row.temperature == 0.0f ? x : x / row.temperature;
+  keys[at] = sort_key(x, row.temperature);
   ids[at] = i;
 }
 
@@ -93,7 +100,7 @@ __global__ void adjust_kernel(const float* logits, int32_t n_vocab, const Sample
     const int32_t t = adjust[a].token;
     if (t < 0 || t >= n_vocab) continue;
     const float y = adjusted(adjust[a], logits[static_cast<int64_t>(row.logits_row) * n_vocab + t], row.repetition_penalty);
-    keys[static_cast<size_t>(r) * n_vocab + t] = row.temperature == 0.0f ? y : y / row.temperature;
+    keys[static_cast<size_t>(r) * n_vocab + t] = sort_key(y, row.temperature);
   }
 }
 

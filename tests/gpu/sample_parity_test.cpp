@@ -65,6 +65,10 @@ TEST(GpuParity, SampleRowsMatchTheCpuTwin) {
     if (n_vocab > 10) {  // row 7: a flat row of ties, the order of equal values decides
       for (int32_t i = 0; i < n_vocab; ++i) logits[7 * static_cast<size_t>(n_vocab) + i] = std::round(logits[i]);
     }
+    // Row 0 (greedy): its largest logits are -0 (id 2) and +0 (id 5), equal to the host, so id 2.
+    for (int32_t i = 0; i < n_vocab; ++i) logits[i] = -1.0f - std::fabs(logits[i]);
+    logits[2] = -0.0f;
+    logits[5] = 0.0f;
     std::vector<int32_t> want(n_rows);
     std::vector<float> want_logprob(n_rows);
     kernels::ref_sample_rows(logits.data(), n_vocab, r.rows.data(), n_rows, r.adjust.data(), want.data(),
@@ -79,6 +83,7 @@ TEST(GpuParity, SampleRowsMatchTheCpuTwin) {
     ASSERT_EQ(kernels::launch_sample_rows(d_logits.get(), n_vocab, d_rows.get(), n_rows, d_adjust.get(), ws.get(), bytes,
                                           d_token.get(), d_logprob.get(), nullptr),
               0);
+    EXPECT_EQ(want[0], 2) << "the twin takes -0 and +0 as equal";
     EXPECT_EQ(d_token.to_host(), want) << "n_vocab " << n_vocab;
     EXPECT_TRUE(gpu_test::all_near(d_logprob.to_host(), want_logprob, 0.0f, 1e-4f)) << "logprobs, n_vocab " << n_vocab;
   }

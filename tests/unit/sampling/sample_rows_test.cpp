@@ -139,6 +139,29 @@ TEST(SampleRows, APlanAdjustsEachTokenOnceInTheHostOrder) {
   EXPECT_LT(draw->row.uniform, 1.0);
 }
 
+// -0 and +0 are equal logits to the host sampler, so the lower id wins their tie, greedy or drawn.
+TEST(SampleRows, MinusZeroAndZeroAreOneValue) {
+  std::vector<float> x(16, -4.0f);
+  x[2] = -0.0f;
+  x[5] = 0.0f;
+  for (float temperature : {0.0f, 1.0f}) {
+    kernels::SampleRow row;
+    row.temperature = temperature;
+    row.top_k = 1;  // only the top of the order: the tie's first
+    row.uniform = 0.5;
+    int32_t token = -1;
+    float logprob = 0;
+    kernels::ref_sample_rows(x.data(), 16, &row, 1, nullptr, &token, &logprob);
+    EXPECT_EQ(token, 2) << "temperature " << temperature;
+    SamplingParams p;
+    p.temperature = temperature;
+    p.top_k = 1;
+    Sampler host(p);
+    std::vector<float> logits = x;  // the host sampler adjusts its row in place
+    EXPECT_EQ(host.sample(logits.data(), 16, {}), 2) << "temperature " << temperature;
+  }
+}
+
 TEST(SampleRows, ABiasNamingATokenTwiceStaysOnTheHost) {
   SamplingParams p;
   p.temperature = 1.0f;
