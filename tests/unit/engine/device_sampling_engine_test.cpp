@@ -1,6 +1,6 @@
 // Sampled tokens drawn where the logits are (EngineOptions::device_sampling): on the CPU the
 // backend runs the twin (kernels::ref_sample_rows) through the whole engine, and every request's
-// tokens and logprobs are the host sampler's.
+// tokens are the host sampler's, its logprobs too within float rounding.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -58,8 +58,11 @@ TEST(DeviceSamplingEngine, TokensAndLogprobsAreTheHostSamplers) {
     EXPECT_EQ(host[i].ids.size(), 40u) << "request " << i;
     EXPECT_EQ(device[i].ids, host[i].ids) << "request " << i;
     ASSERT_EQ(device[i].logprobs.size(), host[i].logprobs.size());
+    // The two runs may batch the requests differently (the engine steps while they arrive), and a
+    // row's logits move within float rounding with the rows beside it (the CPU matmul tiles rows):
+    // the logprobs agree to that, the tokens exactly.
     for (size_t t = 0; t < host[i].logprobs.size(); ++t) {
-      EXPECT_FLOAT_EQ(device[i].logprobs[t], host[i].logprobs[t]) << "request " << i << " token " << t;
+      EXPECT_NEAR(device[i].logprobs[t], host[i].logprobs[t], 1e-4f) << "request " << i << " token " << t;
     }
   }
   // The requests sampled differently from each other: the settings reached the draw.
