@@ -3,18 +3,26 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "helios/model_tools.h"
 
 namespace helios::testing {
 
-std::string source_dir() { return HELIOS_SOURCE_DIR; }
-std::string test_data_dir() { return HELIOS_TEST_DATA_DIR; }
-std::string models_dir() { return HELIOS_MODELS_DIR; }
-std::string default_model_path() {
-  return std::string(HELIOS_MODELS_DIR) + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+// HELIOS_SOURCE_DIR in the environment names the checkout when the test binary runs away from
+// the tree it was built in (bench/gpu/run_device.sh runs a prebuilt bundle on a GPU machine).
+static const char* relocated_root() {
+  const char* root = std::getenv("HELIOS_SOURCE_DIR");
+  return root && *root ? root : nullptr;
 }
+
+std::string source_dir() { return relocated_root() ? relocated_root() : HELIOS_SOURCE_DIR; }
+std::string test_data_dir() {
+  return relocated_root() ? std::string(relocated_root()) + "/tests/data" : HELIOS_TEST_DATA_DIR;
+}
+std::string models_dir() { return relocated_root() ? std::string(relocated_root()) + "/models" : HELIOS_MODELS_DIR; }
+std::string default_model_path() { return models_dir() + "/SmolLM2-135M-Instruct.Q4_1.gguf"; }
 
 std::string temp_dir() {
   static const std::string dir = [] {
