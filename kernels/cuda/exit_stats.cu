@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(kThreads) exit_stats_kernel(const float* logit
     const int32_t r = blockIdx.x;
     top1[r] = best.i1;
     top1_prob[r] = 1.0f / sum;
-    margin[r] = (1.0f - expf(best.v2 - m)) / sum;
+    margin[r] = -expm1f(best.v2 - m) / sum;  // 1 - e^d without cancellation when the top two are close
     entropy[r] = logf(sum) - weighted / sum;
   }
 }

@@ -215,7 +215,12 @@ class CudaBackend final : public Backend {
   bool ok_launch(int e, const char* launcher) const { return ok(static_cast<cudaError_t>(e), launcher); }
   bool ok_blas(cublasStatus_t s, const char* call) const;
   void bind() const { cudaSetDevice(device_); }  // the device is per host thread in CUDA
+  // Copies a host index array to the device, reusing the copy while its contents stay the same.
+  // Pointers it returns stay valid until the next trim_staged().
   const int32_t* stage(const int32_t* host, size_t n);
+  // Drops every staged array once callers have moved on to more than kMaxStagedArrays of them.
+  // Called at the start of an op, never between two stage() calls whose pointers one launch uses.
+  void trim_staged();
   void* scratch(Scratch which, size_t bytes);
 
   int device_;
@@ -256,7 +261,7 @@ class CudaBackend final : public Backend {
   StepGraphCache graphs_{kMaxStepGraphs};
   GraphCounters counters_;
   mutable std::atomic<bool> capturing_{false};
-  std::thread::id capture_thread_;
+  std::atomic<std::thread::id> capture_thread_{};  // read by ops on other threads
   mutable std::string capture_error_;
 
   mutable std::mutex error_mu_;  // copies run on another host thread than the forward pass
@@ -288,6 +293,7 @@ bool CudaBackend::ok(cudaError_t e, const char* call) const {
     cudaGetLastError();
     return false;
   }
+  cudaGetLastError();  // a launch error is not sticky: clear it so the next launch's check is its own
   std::lock_guard<std::mutex> lock(error_mu_);
   if (first_error_.empty()) {
     first_error_ = "CUDA error on " + name() + " in " + call + ": " + cudaGetErrorName(e) + " (" +
@@ -476,10 +482,6 @@ size_t CudaBackend::free_device_bytes() const {
 
 const int32_t* CudaBackend::stage(const int32_t* host, size_t n) {
   if (recording_.load()) return stage_for_step(host, n);
-  if (staged_.size() > kMaxStagedArrays && !staged_.count(host)) {  // callers' arrays moved
-    for (auto& [h, old] : staged_) cudaFree(old.device);
-    staged_.clear();
-  }
   StagedInts& s = staged_[host];
   if (s.device && s.shadow.size() == n && std::memcmp(s.shadow.data(), host, n * sizeof(int32_t)) == 0) {
     return s.device;
@@ -504,6 +506,12 @@ const int32_t* CudaBackend::stage(const int32_t* host, size_t n) {
   return s.device;
 }
 
+void CudaBackend::trim_staged() {
+  if (recording_.load() || staged_.size() <= kMaxStagedArrays) return;
+  for (auto& [host, s] : staged_) cudaFree(s.device);  // waits for the launches that read them
+  staged_.clear();
+}
+
 void* CudaBackend::scratch(Scratch which, size_t bytes) {
   if (bytes <= scratch_bytes_[which] && scratch_[which]) return scratch_[which];
   if (recording_.load()) {
@@ -525,6 +533,7 @@ void* CudaBackend::scratch(Scratch which, size_t bytes) {
 void CudaBackend::embedding(const int32_t* tokens, int32_t n_tokens, const float* table,
                             int32_t dim, float* out) {
   bind();
+  trim_staged();
   const int32_t* d_tokens = stage(tokens, n_tokens);
   if (!d_tokens) return;
   launch("embedding", [](CudaBackend& b, const int32_t* t, int32_t n, const float* table, int32_t dim, float* out) {
@@ -646,6 +655,7 @@ void CudaBackend::matmul(const float* x, const WeightMatrix& w, int32_t n_rows, 
 void CudaBackend::rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads,
                        int32_t head_dim, int32_t n_rot, float freq_base, bool interleaved) {
   bind();
+  trim_staged();
   const int32_t* d_pos = stage(positions, n_tokens);
   if (!d_pos) return;
   launch("rope", [](CudaBackend& b, float* x, const int32_t* pos, int32_t n_tokens, int32_t n_heads, int32_t head_dim,
@@ -658,6 +668,7 @@ void CudaBackend::rope(float* x, const int32_t* positions, int32_t n_tokens, int
 void CudaBackend::kv_write(const float* k, const float* v, const int32_t* slots, int32_t n_tokens,
                            const kernels::PagedKV& cache) {
   bind();
+  trim_staged();
   const int32_t* d_slots = stage(slots, n_tokens);
   if (!d_slots) return;
   launch("kv_write", [](CudaBackend& b, const float* k, const float* v, const int32_t* slots, int32_t n_tokens,
@@ -671,6 +682,7 @@ void CudaBackend::paged_attention(const float* q, const kernels::PagedKV& cache,
                                   float* out) {
   bind();
   if (plan.n_tokens <= 0) return;
+  trim_staged();
   int32_t n_seqs = 0;
   for (int32_t t = 0; t < plan.n_tokens; ++t) n_seqs = std::max(n_seqs, plan.token_seq[t] + 1);
   kernels::AttentionTiles tiles = kernels::attention_tiles(
