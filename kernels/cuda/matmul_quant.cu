@@ -4,7 +4,10 @@
 // few rows (decode) a block stages the activations in shared memory and one warp per output row
 // applies each unit to all of them, 1 to 8 rows in one launch, so the bytes read per token are the
 // file's; for more rows the weights are dequantized to f16 a slice
-// at a time for cuBLAS (launch_dequantize_f16).
+// at a time for cuBLAS (launch_dequantize_f16). Q4_K and Q5_K units are read with 16-byte loads
+// when the weights' rows are 16-byte aligned (their blocks are 144 and 176 bytes), else byte by
+// byte. The decoders are host-callable too: decode_quant_unit runs them on the CPU, so a test
+// checks their bits against the host's dequantize_row on machines without a GPU.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -20,10 +23,26 @@ namespace {
 constexpr int kThreads = 256;  // 8 warps, 8 output rows per block
 constexpr int kUnit = 32;      // values a thread decodes at once
 
-__device__ __forceinline__ float half_bits(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+#define HD __host__ __device__ __forceinline__
+
+HD float half_bits(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+// The 32 bytes at p into registers: two 16-byte loads when p is 16-byte aligned (kVector).
+template <bool kVector>
+HD void load32(const uint8_t* __restrict__ p, uint8_t (&out)[32]) {
+  if constexpr (kVector) {
+    const uint4 a = reinterpret_cast<const uint4*>(p)[0], b = reinterpret_cast<const uint4*>(p)[1];
+    const uint32_t words[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int i = 0; i < 32; ++i) out[i] = static_cast<uint8_t>(words[i / 4] >> (8 * (i % 4)));
+  } else {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) out[i] = p[i];
+  }
+}
 
 // Scale and minimum of sub-block j of a Q4_K/Q5_K super-block (k_quant_scale_min's bits).
-__device__ __forceinline__ void scale_min(int j, const uint8_t* q, int* sc, int* m) {
+HD void scale_min(int j, const uint8_t* q, int* sc, int* m) {
   if (j < 4) {
     *sc = q[j] & 63;
     *m = q[j + 4] & 63;
@@ -40,7 +59,8 @@ struct Quant;
 template <>
 struct Quant<kWeightQ8_0> {
   using Block = BlockQ8_0;
-  __device__ static void unit(const uint8_t* row, int32_t u, float* v) {
+  template <bool kVector>
+  HD static void unit(const uint8_t* __restrict__ row, int32_t u, float* v) {
     const Block& b = reinterpret_cast<const Block*>(row)[u];
     const float d = half_bits(b.d);
 #pragma unroll
@@ -51,7 +71,8 @@ struct Quant<kWeightQ8_0> {
 template <>
 struct Quant<kWeightQ4_0> {
   using Block = BlockQ4_0;
-  __device__ static void unit(const uint8_t* row, int32_t u, float* v) {
+  template <bool kVector>
+  HD static void unit(const uint8_t* __restrict__ row, int32_t u, float* v) {
     const Block& b = reinterpret_cast<const Block*>(row)[u];
     const float d = half_bits(b.d);
 #pragma unroll
@@ -65,7 +86,8 @@ struct Quant<kWeightQ4_0> {
 template <>
 struct Quant<kWeightQ4_1> {
   using Block = BlockQ4_1;
-  __device__ static void unit(const uint8_t* row, int32_t u, float* v) {
+  template <bool kVector>
+  HD static void unit(const uint8_t* __restrict__ row, int32_t u, float* v) {
     const Block& b = reinterpret_cast<const Block*>(row)[u];
     const float d = half_bits(b.d), m = half_bits(b.m);
 #pragma unroll
@@ -76,7 +98,7 @@ struct Quant<kWeightQ4_1> {
   }
 };
 
-__device__ __forceinline__ uint32_t high_bits(const uint8_t* qh) {
+HD uint32_t high_bits(const uint8_t* qh) {
   return qh[0] | static_cast<uint32_t>(qh[1]) << 8 | static_cast<uint32_t>(qh[2]) << 16 |
          static_cast<uint32_t>(qh[3]) << 24;
 }
@@ -84,7 +106,8 @@ __device__ __forceinline__ uint32_t high_bits(const uint8_t* qh) {
 template <>
 struct Quant<kWeightQ5_0> {
   using Block = BlockQ5_0;
-  __device__ static void unit(const uint8_t* row, int32_t u, float* v) {
+  template <bool kVector>
+  HD static void unit(const uint8_t* __restrict__ row, int32_t u, float* v) {
     const Block& b = reinterpret_cast<const Block*>(row)[u];
     const float d = half_bits(b.d);
     const uint32_t qh = high_bits(b.qh);
@@ -99,7 +122,8 @@ struct Quant<kWeightQ5_0> {
 template <>
 struct Quant<kWeightQ5_1> {
   using Block = BlockQ5_1;
-  __device__ static void unit(const uint8_t* row, int32_t u, float* v) {
+  template <bool kVector>
+  HD static void unit(const uint8_t* __restrict__ row, int32_t u, float* v) {
     const Block& b = reinterpret_cast<const Block*>(row)[u];
     const float d = half_bits(b.d), m = half_bits(b.m);
     const uint32_t qh = high_bits(b.qh);
@@ -111,20 +135,24 @@ struct Quant<kWeightQ5_1> {
   }
 };
 
-// Q4_K and Q5_K: unit j of a super-block is sub-block j (x = d·sc·q − dmin·m).
+// Q4_K and Q5_K: unit j of a super-block is sub-block j (x = d·sc·q − dmin·m). Their quants
+// (and Q5_K's high bits) sit at 16-byte offsets of the block, so aligned rows allow kVector.
 template <typename Block, bool kFiveBits>
 struct QuantK45 {
-  __device__ static void unit(const uint8_t* row, int32_t u, float* v) {
+  template <bool kVector>
+  HD static void unit(const uint8_t* __restrict__ row, int32_t u, float* v) {
     const Block& b = reinterpret_cast<const Block*>(row)[u / 8];
     const int j = u % 8, h = j % 2;
     int sc, m;
     scale_min(j, b.scales, &sc, &m);
     const float dh = half_bits(b.d) * sc, mh = half_bits(b.dmin) * m;
-    const uint8_t* q = b.qs + 32 * (j / 2);
+    uint8_t q[32], qh[32];
+    load32<kVector>(b.qs + 32 * (j / 2), q);
+    if constexpr (kFiveBits) load32<kVector>(b.qh, qh);
 #pragma unroll
     for (int l = 0; l < kUnit; ++l) {
       int x = (q[l] >> (4 * h)) & 0xF;
-      if constexpr (kFiveBits) x |= ((b.qh[l] >> j) & 1) << 4;
+      if constexpr (kFiveBits) x |= ((qh[l] >> j) & 1) << 4;
       v[l] = dh * x - mh;
     }
   }
@@ -133,11 +161,15 @@ template <>
 struct Quant<kWeightQ4_K> : QuantK45<BlockQ4_K, false> {};
 template <>
 struct Quant<kWeightQ5_K> : QuantK45<BlockQ5_K, true> {};
+// Types whose unit<true> reads 16-byte aligned stretches when the row itself is aligned.
+template <uint32_t kType>
+constexpr bool kVectorizable = kType == kWeightQ4_K || kType == kWeightQ5_K;
 
 // Q6_K: unit k of a super-block is elements [32k, 32k + 32): quarter k % 4 of half k / 4.
 template <>
 struct Quant<kWeightQ6_K> {
-  __device__ static void unit(const uint8_t* row, int32_t u, float* v) {
+  template <bool kVector>
+  HD static void unit(const uint8_t* __restrict__ row, int32_t u, float* v) {
     const BlockQ6_K& b = reinterpret_cast<const BlockQ6_K*>(row)[u / 8];
     const int half = (u % 8) / 4, quarter = u % 4;
     const float d = half_bits(b.d);
@@ -164,9 +196,10 @@ template <int R>
 constexpr int32_t kStageCols = kStageFloats * kUnit / (kUnit + 1) / R / 1024 * 1024 > 1024
                                    ? kStageFloats * kUnit / (kUnit + 1) / R / 1024 * 1024 : 1024;
 
-template <uint32_t kType, int R>
-__global__ void __launch_bounds__(kThreads) gemv_quant_kernel(const float* x, const uint8_t* w, int64_t row_bytes,
-                                                              int32_t n_in, int32_t n_out, float* y) {
+template <uint32_t kType, int R, bool kVector>
+__global__ void __launch_bounds__(kThreads) gemv_quant_kernel(const float* __restrict__ x,
+                                                              const uint8_t* __restrict__ w, int64_t row_bytes,
+                                                              int32_t n_in, int32_t n_out, float* __restrict__ y) {
   constexpr int32_t kCols = kStageCols<R>;
   constexpr int32_t kRowStride = kCols + kCols / kUnit;
   __shared__ float xs[R * kRowStride];
@@ -189,7 +222,7 @@ __global__ void __launch_bounds__(kThreads) gemv_quant_kernel(const float* x, co
     if (!active) continue;
     for (int32_t u = lane; u < n / kUnit; u += 32) {
       float v[kUnit];
-      Quant<kType>::unit(wr, c0 / kUnit + u, v);
+      Quant<kType>::template unit<kVector>(wr, c0 / kUnit + u, v);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const float* xr = xs + r * kRowStride + u * (kUnit + 1);
@@ -208,27 +241,43 @@ __global__ void __launch_bounds__(kThreads) gemv_quant_kernel(const float* x, co
   }
 }
 
-template <uint32_t kType>
-__global__ void dequantize_f16_kernel(const uint8_t* w, int64_t row_bytes, int32_t n_in, int64_t n_units,
-                                      __half* out) {
+template <uint32_t kType, bool kVector>
+__global__ void dequantize_f16_kernel(const uint8_t* __restrict__ w, int64_t row_bytes, int32_t n_in,
+                                      int64_t n_units, __half* __restrict__ out) {
   const int32_t units_per_row = n_in / kUnit;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n_units;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = i / units_per_row;
     const auto u = static_cast<int32_t>(i % units_per_row);
     float v[kUnit];
-    Quant<kType>::unit(w + row * row_bytes, u, v);
+    Quant<kType>::template unit<kVector>(w + row * row_bytes, u, v);
     __half* o = out + row * n_in + static_cast<int64_t>(u) * kUnit;
 #pragma unroll
     for (int j = 0; j < kUnit; ++j) o[j] = __float2half_rn(v[j]);
   }
 }
 
+// f(std::bool_constant<kVector>{}): vector loads where the type allows them and every row of w
+// starts at a 16-byte boundary.
+template <uint32_t kType, typename F>
+void with_loads(const uint8_t* w, int64_t row_bytes, F&& f) {
+  if constexpr (kVectorizable<kType>) {
+    if ((reinterpret_cast<uintptr_t>(w) | static_cast<uintptr_t>(row_bytes)) % 16 == 0) {
+      f(std::true_type{});
+      return;
+    }
+  }
+  f(std::false_type{});
+}
+
 template <uint32_t kType, int R>
 void launch_rows(const float* x, const uint8_t* w, int64_t row_bytes, int32_t n_in, int32_t n_out, float* y,
                  cudaStream_t stream) {
   const unsigned blocks = (n_out + kThreads / 32 - 1) / (kThreads / 32);
-  gemv_quant_kernel<kType, R><<<blocks, kThreads, 0, stream>>>(x, w, row_bytes, n_in, n_out, y);
+  with_loads<kType>(w, row_bytes, [&](auto vector) {
+    gemv_quant_kernel<kType, R, decltype(vector)::value><<<blocks, kThreads, 0, stream>>>(x, w, row_bytes, n_in,
+                                                                                         n_out, y);
+  });
 }
 
 // One launch per kMaxRows rows (the last may have fewer): each weight byte read once per launch.
@@ -249,7 +298,10 @@ template <uint32_t kType>
 int dequantize(const uint8_t* w, int64_t row_bytes, int32_t n_rows, int32_t n_in, __half* out, cudaStream_t s) {
   const int64_t n_units = static_cast<int64_t>(n_rows) * (n_in / kUnit);
   const int64_t blocks = std::min<int64_t>((n_units + 255) / 256, 65535 * 16);
-  dequantize_f16_kernel<kType><<<static_cast<unsigned>(blocks), 256, 0, s>>>(w, row_bytes, n_in, n_units, out);
+  with_loads<kType>(w, row_bytes, [&](auto vector) {
+    dequantize_f16_kernel<kType, decltype(vector)::value>
+        <<<static_cast<unsigned>(blocks), 256, 0, s>>>(w, row_bytes, n_in, n_units, out);
+  });
   return cuda::launch_status();
 }
 
@@ -273,6 +325,17 @@ struct Gemv {
   static int run(const float* x, const uint8_t* w, int64_t row_bytes, int32_t n_rows, int32_t n_in, int32_t n_out,
                  float* y, cudaStream_t s) {
     return gemv<kType>(x, w, row_bytes, n_rows, n_in, n_out, y, s);
+  }
+};
+template <uint32_t kType>
+struct DecodeUnit {  // on the host: both load paths, so the test sees each
+  static int run(const uint8_t* row, int32_t u, bool vector, float* v) {
+    if (vector && kVectorizable<kType>) {
+      Quant<kType>::template unit<true>(row, u, v);
+    } else {
+      Quant<kType>::template unit<false>(row, u, v);
+    }
+    return 0;
   }
 };
 template <uint32_t kType>
@@ -316,6 +379,11 @@ int launch_matmul_quant(uint32_t weight_type, const float* x, const void* w, int
   if (row_bytes == 0) return static_cast<int>(cudaErrorInvalidValue);
   const auto* wb = static_cast<const uint8_t*>(w);
   return dispatch<Gemv>(weight_type, x, wb, row_bytes, n_rows, n_in, n_out, y, cuda::as_stream(stream));
+}
+
+int decode_quant_unit(uint32_t weight_type, const void* row, int32_t unit, bool vector_loads, float* out) {
+  if (block_shape(weight_type).values == 0) return static_cast<int>(cudaErrorInvalidValue);
+  return dispatch<DecodeUnit>(weight_type, static_cast<const uint8_t*>(row), unit, vector_loads, out);
 }
 
 int launch_dequantize_f16(uint32_t weight_type, const void* w, int32_t n_rows, int32_t n_in, uint16_t* out,

@@ -5,7 +5,12 @@
 // another order); the f16 dequantization is the host's values rounded to nearest even, to within
 // one unit in the last place of the half (d·q + m may be one fused multiply-add on one side and
 // two roundings on the other, which moves a value one float ulp and, rarely, its half).
+// Q4_K and Q5_K are read with 16-byte loads from aligned rows and byte by byte otherwise: both
+// paths run here, and on the CPU (no GPU needed) the device's decoders are checked against
+// dequantize_row unit by unit.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 
 #include "gpu/gpu_test_util.h"
@@ -57,15 +62,58 @@ TEST(GpuParity, MatmulQuantizedMatchesTheCpuTwin) {
       for (size_t i = 0; i < wa.size(); ++i) wa[i] = std::fabs(w.values[i]);
       kernels::ref_matmul(xa.data(), wa.data(), c.n_rows, c.n_in, c.n_out, bound.data());
 
-      DeviceArray<uint8_t> d_w(w.bytes);
-      DeviceArray<float> d_x(x), d_y(want.size());
-      ASSERT_EQ(kernels::launch_matmul_quant(static_cast<uint32_t>(type), d_x.get(), d_w.get(), c.n_rows, c.n_in,
-                                             c.n_out, d_y.get(), nullptr),
-                0);
-      const auto got = d_y.to_host();
-      for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5f * bound[i] + 1e-7f) << "element " << i;
+      // The weights at the start of an allocation (16-byte aligned) and 2 bytes into one (not).
+      std::vector<uint8_t> shifted(2, 0);
+      shifted.insert(shifted.end(), w.bytes.begin(), w.bytes.end());
+      DeviceArray<uint8_t> d_w(w.bytes), d_w_shifted(shifted);
+      const uint8_t* aligned = d_w.get();
+      const uint8_t* misaligned = d_w_shifted.get() + 2;
+      for (const uint8_t* weights : {aligned, misaligned}) {
+        SCOPED_TRACE(weights == aligned ? "aligned rows" : "rows 2 bytes off alignment");
+        DeviceArray<float> d_x(x), d_y(want.size());
+        ASSERT_EQ(kernels::launch_matmul_quant(static_cast<uint32_t>(type), d_x.get(), weights, c.n_rows, c.n_in,
+                                               c.n_out, d_y.get(), nullptr),
+                  0);
+        const auto got = d_y.to_host();
+        for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5f * bound[i] + 1e-7f) << "element " << i;
+      }
     }
   }
+}
+
+// No GPU needed: the kernels' own decoders, compiled for the host, give dequantize_row's values
+// (to within the rounding of d·q + m as one fused multiply-add or two operations) for every unit
+// of every type, through both the 16-byte and the byte loads. A bit taken from the wrong place
+// moves a value by a whole quantization step, a million times this margin.
+TEST(QuantDecoders, DeviceDecodersGiveTheHostsValues) {
+  struct alignas(16) Chunk { uint8_t b[16]; };
+  for (const TensorType type : kTypes) {
+    SCOPED_TRACE(tensor_type_name(type));
+    const int32_t n_out = 5, n_in = 1024;
+    const QuantWeights w = quantized(type, n_out, n_in, 7);
+    const int64_t row_bytes = tensor_row_bytes(type, n_in);
+    std::vector<Chunk> aligned((w.bytes.size() + 15) / 16);
+    std::memcpy(aligned.data(), w.bytes.data(), w.bytes.size());
+    for (int32_t o = 0; o < n_out; ++o) {
+      const float* want = w.values.data() + static_cast<int64_t>(o) * n_in;
+      float scale = 0.0f;
+      for (int32_t i = 0; i < n_in; ++i) scale = std::max(scale, std::fabs(want[i]));
+      const uint8_t* row = reinterpret_cast<const uint8_t*>(aligned.data()) + o * row_bytes;
+      for (const bool vector : {false, true}) {
+        if (vector && reinterpret_cast<uintptr_t>(row) % 16 != 0) continue;  // only aligned rows take 16-byte loads
+        for (int32_t u = 0; u < n_in / 32; ++u) {
+          float got[32];
+          ASSERT_EQ(kernels::decode_quant_unit(static_cast<uint32_t>(type), row, u, vector, got), 0);
+          for (int j = 0; j < 32; ++j) {
+            ASSERT_NEAR(got[j], want[u * 32 + j], 1e-6f * scale)
+                << "row " << o << " unit " << u << " value " << j << (vector ? " (16-byte loads)" : " (byte loads)");
+          }
+        }
+      }
+    }
+  }
+  float v[32];
+  EXPECT_NE(kernels::decode_quant_unit(0, nullptr, 0, false, v), 0);  // F32 is not a block type
 }
 
 TEST(GpuParity, DequantizeToF16IsTheHostsValuesRounded) {
