@@ -37,6 +37,8 @@ class Communicator {
   // the next pass. The NCCL communicator's collectives cannot be abandoned: it does nothing.
   virtual void abort() {}
   virtual void reset() {}
+  // The first collective that failed (sticky, like Backend::error()): the pass's sums are garbage.
+  virtual Status error() const { return ok_status(); }
 };
 
 // `world` ranks in one process, one thread each, on host-memory (CPU) backends. Sums are taken in

@@ -107,6 +107,10 @@ StatusOr<ForwardResult> Model::forward(const ForwardBatch& batch, KvCacheStorage
     return invalid_argument("a model on " + std::to_string(shard_.world) + " tensor-parallel ranks needs a KV cache "
                             "with a shard for each (Model::create_kv); this one has " + std::to_string(kv.n_shards()));
   }
+  // A rank whose device has faulted would leave the pass at its start while the others wait in
+  // their first collective (NCCL's cannot be abandoned): such a pass does not start.
+  HELIOS_RETURN_IF_ERROR(backend_.error());
+  for (const auto& peer : ranks_->models) HELIOS_RETURN_IF_ERROR(peer->backend().error());
   // Every rank runs the same pass on its own thread; a rank that fails opens the others'
   // collectives so that none waits for it.
   const size_t n_peers = ranks_->models.size();
@@ -128,6 +132,7 @@ StatusOr<ForwardResult> Model::forward(const ForwardBatch& batch, KvCacheStorage
   for (const Status& s : peer_status) {
     if (!s.ok()) return s;
   }
+  for (const auto& comm : ranks_->comms) HELIOS_RETURN_IF_ERROR(comm->error());
   return own;
 }
 

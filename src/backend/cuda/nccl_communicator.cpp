@@ -5,10 +5,13 @@
 // correct; overlapping it with the backend's stream is left for later. all_gather_columns is an
 // all-reduce of a zeroed [n_rows, out_width] buffer into which each rank wrote its own columns:
 // adding zeros is exact, and NCCL's all-gather needs equal counts, which vocabulary shards are not.
+// A failed call is logged and kept as the communicator's error(), which fails the pass.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <mutex>
 #include <string>
 
 #include "backend/cuda/cuda_backend.h"
@@ -40,8 +43,8 @@ class NcclCommunicator final : public Communicator {
   void all_reduce_sum(float* data, size_t n) override {
     backend_->synchronize();
     cudaSetDevice(device_);
-    ncclAllReduce(data, data, n, ncclFloat, ncclSum, comm_, stream_);
-    cudaStreamSynchronize(stream_);
+    ok(ncclAllReduce(data, data, n, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
+    ok(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (all-reduce)");
   }
 
   void all_gather_columns(const float* local, int32_t n_rows, int32_t width, int32_t offset, float* out,
@@ -49,23 +52,45 @@ class NcclCommunicator final : public Communicator {
     backend_->synchronize();
     cudaSetDevice(device_);
     const size_t row = static_cast<size_t>(out_width) * sizeof(float);
-    cudaMemsetAsync(out, 0, row * static_cast<size_t>(n_rows), stream_);
+    ok(cudaMemsetAsync(out, 0, row * static_cast<size_t>(n_rows), stream_), "cudaMemsetAsync (gather)");
     if (width > 0 && offset < out_width) {
       const int32_t n_copy = std::min(width, out_width - offset);
-      cudaMemcpy2DAsync(out + offset, row, local, static_cast<size_t>(width) * sizeof(float),
-                        static_cast<size_t>(n_copy) * sizeof(float), static_cast<size_t>(n_rows),
-                        cudaMemcpyDeviceToDevice, stream_);
+      ok(cudaMemcpy2DAsync(out + offset, row, local, static_cast<size_t>(width) * sizeof(float),
+                           static_cast<size_t>(n_copy) * sizeof(float), static_cast<size_t>(n_rows),
+                           cudaMemcpyDeviceToDevice, stream_),
+         "cudaMemcpy2DAsync (gather)");
     }
-    ncclAllReduce(out, out, static_cast<size_t>(n_rows) * out_width, ncclFloat, ncclSum, comm_, stream_);
-    cudaStreamSynchronize(stream_);
+    ok(ncclAllReduce(out, out, static_cast<size_t>(n_rows) * out_width, ncclFloat, ncclSum, comm_, stream_),
+       "ncclAllReduce (gather)");
+    ok(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (gather)");
+  }
+
+  Status error() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return error_.empty() ? ok_status() : internal_error(error_);
   }
 
  private:
+  void ok(ncclResult_t r, const char* call) {
+    if (r != ncclSuccess) fail(call, ncclGetErrorString(r));
+  }
+  void ok(cudaError_t e, const char* call) {
+    if (e != cudaSuccess) fail(call, cudaGetErrorString(e));
+  }
+  void fail(const char* call, const char* why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_.empty()) return;  // the first failure says what went wrong; the rest follow from it
+    error_ = "tensor parallelism: rank " + std::to_string(rank_) + " on " + backend_->name() + ": " + call + ": " + why;
+    std::fprintf(stderr, "helios: %s\n", error_.c_str());
+  }
+
   ncclComm_t comm_;
   Backend* backend_;
   int device_;
   int32_t rank_, world_;
   cudaStream_t stream_ = nullptr;
+  mutable std::mutex mu_;
+  std::string error_;
 };
 
 }  // namespace
