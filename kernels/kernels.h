@@ -289,10 +289,11 @@ int launch_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int3
                       float* top1_prob, float* margin, float* entropy, void* stream);
 // ref_sample_rows for rows, adjust, token and logprob in device memory, with `workspace` of
 // sample_rows_workspace_bytes(n_rows, n_vocab) bytes (the rows' sort keys and ids, twice, and the
-// sort's own storage).
+// sort's own storage). all_greedy: the caller knows every row's temperature is 0, so each row's
+// largest key is found directly instead of sorting the rows (the same tokens, far less work).
 size_t sample_rows_workspace_bytes(int32_t n_rows, int32_t n_vocab);
 int launch_sample_rows(const float* logits, int32_t n_vocab, const SampleRow* rows, int32_t n_rows,
                        const LogitAdjust* adjust, void* workspace, size_t workspace_bytes, int32_t* token,
-                       float* logprob, void* stream);
+                       float* logprob, void* stream, bool all_greedy = false);
 
 }  // namespace helios::kernels

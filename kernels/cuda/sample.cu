@@ -104,6 +104,42 @@ __global__ void adjust_kernel(const float* logits, int32_t n_vocab, const Sample
   }
 }
 
+// Greedy rows only: each row's largest key, the lowest id on ties, into the first id of its sorted
+// order, the only entry select_kernel reads for a greedy row; one block per row.
+__global__ void __launch_bounds__(kThreads) argmax_kernel(const float* keys, int32_t n_vocab, int32_t* sorted_ids) {
+  __shared__ float warp_key[kThreads / 32];
+  __shared__ int32_t warp_id[kThreads / 32];
+  const float* k = keys + static_cast<size_t>(blockIdx.x) * n_vocab;
+  float best = -INFINITY;
+  int32_t id = INT_MAX;
+  for (int32_t i = threadIdx.x; i < n_vocab; i += kThreads) {  // ascending i: a tie keeps the first
+    if (k[i] > best || (k[i] == best && id == INT_MAX)) {
+      best = k[i];
+      id = i;
+    }
+  }
+  auto take = [&](float other_key, int32_t other_id) {
+    if (other_key > best || (other_key == best && other_id < id)) {
+      best = other_key;
+      id = other_id;
+    }
+  };
+  for (int o = 16; o > 0; o >>= 1) {
+    const float other_key = __shfl_xor_sync(cuda::kFullMask, best, o);
+    take(other_key, __shfl_xor_sync(cuda::kFullMask, id, o));
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) {
+    warp_key[warp] = best;
+    warp_id[warp] = id;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kThreads / 32; ++w) take(warp_key[w], warp_id[w]);
+    sorted_ids[static_cast<size_t>(blockIdx.x) * n_vocab] = id == INT_MAX ? 0 : id;  // INT_MAX: a row of NaNs
+  }
+}
+
 using Scan = cub::BlockScan<double, kThreads>;
 
 struct SelectShared {
@@ -205,7 +241,7 @@ size_t sample_rows_workspace_bytes(int32_t n_rows, int32_t n_vocab) {
 
 int launch_sample_rows(const float* logits, int32_t n_vocab, const SampleRow* rows, int32_t n_rows,
                        const LogitAdjust* adjust, void* workspace, size_t workspace_bytes, int32_t* token,
-                       float* logprob, void* stream) {
+                       float* logprob, void* stream, bool all_greedy) {
   if (n_rows <= 0 || n_vocab <= 0) return 0;
   const SampleWorkspace w = lay_out(workspace, n_rows, n_vocab, sort_storage_bytes(n_rows, n_vocab));
   if (workspace_bytes < w.total) return static_cast<int>(cudaErrorInvalidValue);
@@ -214,11 +250,15 @@ int launch_sample_rows(const float* logits, int32_t n_vocab, const SampleRow* ro
   tempered_kernel<<<grid, kThreads, 0, s>>>(logits, n_vocab, rows, w.keys_in, w.ids_in, w.offsets, n_rows);
   adjust_kernel<<<n_rows, kThreads, 0, s>>>(logits, n_vocab, rows, adjust, w.keys_in);
   if (int e = cuda::launch_status(); e != 0) return e;
-  size_t sort_bytes = w.sort_bytes;
-  const cudaError_t sorted = cub::DeviceSegmentedRadixSort::SortPairsDescending(
-      w.sort_storage, sort_bytes, w.keys_in, w.keys_out, w.ids_in, w.ids_out, n_rows * n_vocab, n_rows, w.offsets,
-      w.offsets + 1, 0, static_cast<int>(sizeof(float) * 8), s);
-  if (sorted != cudaSuccess) return static_cast<int>(sorted);
+  if (all_greedy) {
+    argmax_kernel<<<n_rows, kThreads, 0, s>>>(w.keys_in, n_vocab, w.ids_out);
+  } else {
+    size_t sort_bytes = w.sort_bytes;
+    const cudaError_t sorted = cub::DeviceSegmentedRadixSort::SortPairsDescending(
+        w.sort_storage, sort_bytes, w.keys_in, w.keys_out, w.ids_in, w.ids_out, n_rows * n_vocab, n_rows, w.offsets,
+        w.offsets + 1, 0, static_cast<int>(sizeof(float) * 8), s);
+    if (sorted != cudaSuccess) return static_cast<int>(sorted);
+  }
   select_kernel<<<n_rows, kThreads, 0, s>>>(logits, n_vocab, rows, w.keys_out, w.ids_out, token, logprob);
   return cuda::launch_status();
 }

@@ -1,7 +1,8 @@
 // Sampling on the device against its CPU twin (ref_sample_rows), and through the CUDA backend
 // against the host sampler. Tolerances: tokens identical (the device sums in another order, so a
 // draw landing within ~1e-12 of a boundary between two tokens could differ; none of these do);
-// logprobs 1e-4 absolute (float exponentials summed in double over up to 152K logits).
+// logprobs 1e-4 absolute (float exponentials summed in double over up to 152K logits). Groups of
+// greedy rows skip the sort (all_greedy): both paths are compared with the twin.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -86,6 +87,21 @@ TEST(GpuParity, SampleRowsMatchTheCpuTwin) {
     EXPECT_EQ(want[0], 2) << "the twin takes -0 and +0 as equal";
     EXPECT_EQ(d_token.to_host(), want) << "n_vocab " << n_vocab;
     EXPECT_TRUE(gpu_test::all_near(d_logprob.to_host(), want_logprob, 0.0f, 1e-4f)) << "logprobs, n_vocab " << n_vocab;
+    // Every row greedy (bans, biases and penalties kept): the sort and the direct argmax
+    // (all_greedy) give the twin's tokens, ties and -0 included.
+    Rows greedy = r;
+    for (kernels::SampleRow& row : greedy.rows) row.temperature = 0.0f;
+    kernels::ref_sample_rows(logits.data(), n_vocab, greedy.rows.data(), n_rows, greedy.adjust.data(), want.data(),
+                             want_logprob.data());
+    DeviceArray<kernels::SampleRow> d_greedy_rows(greedy.rows);
+    for (const bool all_greedy : {false, true}) {
+      ASSERT_EQ(kernels::launch_sample_rows(d_logits.get(), n_vocab, d_greedy_rows.get(), n_rows, d_adjust.get(),
+                                            ws.get(), bytes, d_token.get(), d_logprob.get(), nullptr, all_greedy),
+                0);
+      EXPECT_EQ(d_token.to_host(), want) << "greedy rows, all_greedy " << all_greedy << ", n_vocab " << n_vocab;
+      EXPECT_TRUE(gpu_test::all_near(d_logprob.to_host(), want_logprob, 0.0f, 1e-4f))
+          << "greedy logprobs, all_greedy " << all_greedy << ", n_vocab " << n_vocab;
+    }
   }
 }
 

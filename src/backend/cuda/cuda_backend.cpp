@@ -762,8 +762,11 @@ const uint8_t* CudaBackend::enqueue_sample(const float* logits, int32_t n_vocab,
   }
   for (int32_t first = 0; first < n_rows; first += kGroup) {
     const int32_t n = std::min(kGroup, n_rows - first);
+    const bool all_greedy = std::all_of(rows + first, rows + first + n, [](const kernels::SampleRow& r) {
+      return r.temperature == 0.0f;
+    });
     if (!ok_launch(kernels::launch_sample_rows(logits, n_vocab, d_rows + first, n, d_adjust, ws, ws_bytes, d_token + first,
-                                               d_logprob + first, stream_),
+                                               d_logprob + first, stream_, all_greedy),
                    "launch_sample_rows")) {
       return nullptr;
     }
