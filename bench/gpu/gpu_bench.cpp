@@ -4,6 +4,8 @@
 //              pass), op by op and replayed as step graphs side by side, and at B = 1 the share of
 //              the HBM roofline (bandwidth / bytes per token);
 //   attention  the paged-attention decode kernel alone: time and GB/s of K/V read per call;
+//   gemv       the decode matmul kernels alone (F16, BF16, each quantized type) on one layer's
+//              shapes: time, GB/s and share of the HBM roofline per weight type and row count;
 //   compare    one model on the GPU and on the CPU: decode tok/s of each and whether their greedy
 //              tokens agree.
 #include <cuda_runtime.h>
@@ -22,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "helios/model.h"
+#include "helios/tensor_type.h"
 #include "kernels/kernels.h"
 
 namespace {
@@ -38,6 +41,8 @@ usage:
   helios-bench-gpu attention [--batch 1,8,32] [--context 512,4096,16384] [--heads 32] [--kv-heads 8]
                              [--head-dim 128] [--kv-type f32|f16] [--iters 50] [--json PATH]
   helios-bench-gpu compare --model PATH [--prompt-tokens 128] [--decode-tokens 64] [--threads N] [--json PATH]
+  helios-bench-gpu gemv [--types f16,bf16,q8_0,q4_0,q4_k,q5_k,q6_k] [--shapes 4096x4096,11008x4096,4096x11008]
+                        [--batch 1,2,4,8] [--iters 50] [--bandwidth-gbs 4800] [--json PATH]
 
 decode: for each batch size B, B sequences get a prompt of --prompt-tokens ids (one prefill pass,
   timed), then --decode-tokens greedy steps of B tokens (each step one forward pass, timed; the host
@@ -50,6 +55,12 @@ decode: for each batch size B, B sequences get a prompt of --prompt-tokens ids (
 attention: launch_paged_attention on an f32 or f16 paged cache (blocks of 16, shuffled block ids), B
   decoding tokens each at the given context; time per call from CUDA events over --iters calls;
   GB/s = (K + V bytes read + q + out) / time.
+gemv: y[B, OUT] = x[B, IN] · W[OUT, IN]ᵀ through launch_matmul_f16/_bf16/_quant, W of random bytes
+  in the type's layout (the kernels' speed does not depend on the values), for each type, OUTxIN
+  shape (default: a Llama-2-7B layer's) and row count B; time per call from CUDA events over --iters
+  calls after 3 warm-ups; GB/s = (weight bytes + x and y bytes) / time; roofline = GB/s / bandwidth.
+  The weights of all shapes of a type are more than the L2 holds, and each call reads another
+  copy in turn, so the weights come from HBM, not the cache.
 compare: the model on the CUDA backend and on the CPU backend (--threads, default all cores), the
   same prompt, greedy: decode tok/s of each, and the number of leading greedy tokens that agree.
 )";
@@ -62,6 +73,8 @@ compare: the model on the CUDA backend and on the CPU backend (--threads, defaul
 struct Args {
   std::string mode, model, backend = "cuda", json_path, kv_type = "f32";
   std::vector<int> batch, context = {512, 4096, 16384};
+  std::vector<std::string> types = {"f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"};
+  std::vector<std::pair<int, int>> shapes = {{4096, 4096}, {11008, 4096}, {4096, 11008}};  // OUT x IN
   int prompt_tokens = 128, decode_tokens = 64, heads = 32, kv_heads = 8, head_dim = 128, iters = 50, threads = 0;
   double bandwidth_gbs = 4800;
 };
@@ -77,6 +90,32 @@ std::vector<int> parse_list(const std::string& s) {
     v.push_back(x);
     if (comma == std::string::npos) break;
     pos = comma + 1;
+  }
+  return v;
+}
+
+std::vector<std::string> parse_words(const std::string& s) {
+  std::vector<std::string> v;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    const size_t comma = s.find(',', pos);
+    v.push_back(s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+    if (v.back().empty()) die("bad list '" + s + "': expected names separated by commas");
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return v;
+}
+
+// "4096x4096,11008x4096": OUT x IN pairs.
+std::vector<std::pair<int, int>> parse_shapes(const std::string& s) {
+  std::vector<std::pair<int, int>> v;
+  for (const std::string& w : parse_words(s)) {
+    const size_t x = w.find('x');
+    const int out = x == std::string::npos ? 0 : std::atoi(w.substr(0, x).c_str());
+    const int in = x == std::string::npos ? 0 : std::atoi(w.substr(x + 1).c_str());
+    if (out <= 0 || in <= 0) die("bad shape '" + w + "' in --shapes: expected OUTxIN, e.g. 11008x4096");
+    v.emplace_back(out, in);
   }
   return v;
 }
@@ -107,9 +146,15 @@ Args parse(int argc, char** argv) {
     else if (k == "--kv-type") a.kv_type = v;
     else if (k == "--threads") a.threads = std::atoi(v.c_str());
     else if (k == "--bandwidth-gbs") a.bandwidth_gbs = std::atof(v.c_str());
+    else if (k == "--types") a.types = parse_words(v);
+    else if (k == "--shapes") a.shapes = parse_shapes(v);
     else die("unknown option " + k + " (see --help)");
   }
-  if (a.batch.empty()) a.batch = a.mode == "attention" ? std::vector<int>{1, 8, 32} : std::vector<int>{1};
+  if (a.batch.empty()) {
+    a.batch = a.mode == "attention" ? std::vector<int>{1, 8, 32}
+              : a.mode == "gemv"    ? std::vector<int>{1, 2, 4, 8}
+                                    : std::vector<int>{1};
+  }
   return a;
 }
 
@@ -378,6 +423,80 @@ int cmd_attention(const Args& a, json& j) {
   return 0;
 }
 
+// ---------------------------------------------------------------------------------------------
+// gemv
+
+int cmd_gemv(const Args& a, json& j) {
+  using helios::TensorType;
+  std::printf("%-6s %12s %5s %10s %10s %9s\n", "type", "shape", "rows", "us/call", "GB/s", "roofline");
+  for (const std::string& name : a.types) {
+    const auto type = helios::tensor_type_from_name(name);
+    const bool f16 = type == TensorType::kF16, bf16 = type == TensorType::kBF16;
+    const bool quant = type && !f16 && !bf16 && type != TensorType::kF32;
+    if (!f16 && !bf16 && !quant) die("--types: '" + name + "' is not f16, bf16 or a quantized type");
+    for (const auto& [n_out, n_in] : a.shapes) {
+      const int64_t row_bytes = helios::tensor_row_bytes(*type, n_in);
+      if (row_bytes <= 0) die("--shapes: " + std::to_string(n_in) + " columns are not whole blocks of " + name);
+      const size_t w_bytes = static_cast<size_t>(row_bytes) * n_out;
+      // Enough copies of the weights that each call's come from HBM: at least 256 MiB in all.
+      const int copies = static_cast<int>(std::max<size_t>(2, ((size_t{256} << 20) + w_bytes - 1) / w_bytes));
+      std::vector<uint8_t> host(w_bytes);
+      std::mt19937 rng(n_out * 31 + n_in);
+      for (auto& b : host) b = static_cast<uint8_t>(rng());
+      if (f16 || bf16) {  // finite values: the top exponent bit (bit 6 of the high byte) cleared
+        for (size_t i = 1; i < host.size(); i += 2) host[i] &= 0xBF;
+      }
+      std::vector<uint8_t*> w(copies);
+      for (auto& p : w) {
+        BENCH_CUDA(cudaMalloc(&p, w_bytes));
+        BENCH_CUDA(cudaMemcpy(p, host.data(), w_bytes, cudaMemcpyHostToDevice));
+      }
+      const int max_rows = *std::max_element(a.batch.begin(), a.batch.end());
+      float *x, *y;
+      BENCH_CUDA(cudaMalloc(&x, static_cast<size_t>(max_rows) * n_in * 4));
+      BENCH_CUDA(cudaMalloc(&y, static_cast<size_t>(max_rows) * n_out * 4));
+      BENCH_CUDA(cudaMemset(x, 0, static_cast<size_t>(max_rows) * n_in * 4));
+      for (int rows : a.batch) {
+        int call_no = 0;
+        auto call = [&] {
+          const uint8_t* wc = w[call_no++ % copies];
+          const auto* w16 = reinterpret_cast<const uint16_t*>(wc);
+          const int e = f16    ? helios::kernels::launch_matmul_f16(x, w16, rows, n_in, n_out, y, nullptr)
+                        : bf16 ? helios::kernels::launch_matmul_bf16(x, w16, rows, n_in, n_out, y, nullptr)
+                               : helios::kernels::launch_matmul_quant(static_cast<uint32_t>(*type), x, wc, rows, n_in,
+                                                                      n_out, y, nullptr);
+          if (e != 0) die("gemv " + name + ": " + cudaGetErrorString(static_cast<cudaError_t>(e)));
+        };
+        for (int i = 0; i < 3; ++i) call();
+        cudaEvent_t e0, e1;
+        BENCH_CUDA(cudaEventCreate(&e0));
+        BENCH_CUDA(cudaEventCreate(&e1));
+        BENCH_CUDA(cudaEventRecord(e0));
+        for (int i = 0; i < a.iters; ++i) call();
+        BENCH_CUDA(cudaEventRecord(e1));
+        BENCH_CUDA(cudaEventSynchronize(e1));
+        float ms = 0;
+        BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+        const double us = 1000.0 * ms / a.iters;
+        const double bytes = static_cast<double>(w_bytes) + 4.0 * rows * (n_in + n_out);
+        const double gbs = bytes / (us * 1e-6) / 1e9;
+        const std::string shape = std::to_string(n_out) + "x" + std::to_string(n_in);
+        std::printf("%-6s %12s %5d %10.1f %10.1f %8.0f%%\n", name.c_str(), shape.c_str(), rows, us, gbs,
+                    100.0 * gbs / a.bandwidth_gbs);
+        j["runs"].push_back({{"type", name}, {"n_out", n_out}, {"n_in", n_in}, {"rows", rows}, {"us_per_call", us},
+                             {"bytes", bytes}, {"gb_s", gbs}, {"roofline_share", gbs / a.bandwidth_gbs}});
+      }
+      for (uint8_t* p : w) cudaFree(p);
+      cudaFree(x);
+      cudaFree(y);
+    }
+  }
+  j["bandwidth_gbs"] = a.bandwidth_gbs;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -388,7 +507,8 @@ int main(int argc, char** argv) {
   if (a.mode == "decode") rc = cmd_decode(a, j);
   else if (a.mode == "attention") rc = cmd_attention(a, j);
   else if (a.mode == "compare") rc = cmd_compare(a, j);
-  else die("unknown mode '" + a.mode + "' (decode, attention, compare; see --help)");
+  else if (a.mode == "gemv") rc = cmd_gemv(a, j);
+  else die("unknown mode '" + a.mode + "' (decode, attention, compare, gemv; see --help)");
   write_json(a, j);
   return rc;
 }

@@ -7,7 +7,8 @@
 #
 # The whole run keeps within HELIOS_DEVICE_BUDGET_S seconds (default 540, inside a device call's
 # 600): each step's timeout is cut to the time left, and a step with none left is skipped, saying
-# so. Steps run most telling first: the GPU tests, attention, a real model end to end, the 1B
+# so. Steps run most telling first: the GPU tests, attention, the matmul kernels alone, a real
+# model end to end, the 1B
 # Q4_K_M decode, then the 7B F16 decode (its 13.5 GB model is written first). With ARCHIVE,
 # RESULTS_DIR is packed into it after every step, so a run cut off midway still returns one file
 # with all it did (device calls bring back at most 8 files).
@@ -26,6 +27,8 @@
 #   decode_1b_q4km.{log,json}   (a') a 1B-shaped Q4_K_M model: decode from the GGUF blocks
 #   attention_helios_f16.{log,json}   (b) with an f16 KV cache
 #   attention_helios.{log,json}, attention.{md,json}   (b) paged-attention GB/s, Helios vs torch SDPA
+#   gemv.{log,json}             the decode matmul kernels alone: GB/s and roofline share per weight
+#                               type and row count on a 7B layer's shapes (where (a) and (a') go)
 #   e2e_<model>.{log,json}      (d) SmolLM2 (or stories260K when SmolLM2 is absent): GPU vs CPU
 #   summary.md                  the headline numbers
 set -uo pipefail
@@ -172,7 +175,7 @@ summarize() {
     echo "## GPU tests"; echo; echo '```'
     grep -E '^\[  (PASSED  |SKIPPED )\] [0-9]+ test|^\[  FAILED  \]' "$RESULTS/gpu_tests.log" 2>/dev/null; echo '```'
     local f
-    for f in attention_helios attention_helios_f16 decode_1b_q4km decode_7b_f16; do
+    for f in attention_helios attention_helios_f16 gemv decode_1b_q4km decode_7b_f16; do
       [ -f "$RESULTS/$f.log" ] && { echo; echo "## $f"; echo; echo '```'; cat "$RESULTS/$f.log"; echo '```'; }
     done
     [ -f "$RESULTS/attention.md" ] && { echo; cat "$RESULTS/attention.md"; }
@@ -219,6 +222,12 @@ if [ -f "$RESULTS/attention_helios.json" ]; then
     --json "$RESULTS/attention.json" --md "$RESULTS/attention.md" > "$RESULTS/attention_torch.log" 2>&1
   log "(b) torch: $(head -n1 "$RESULTS/attention_torch.log")"
 fi
+summarize
+
+# --- the decode matmul kernels alone: what share of the roofline each weight type reaches
+timed 60 "$BENCH" gemv --batch 1,2,4,8 --bandwidth-gbs "$BANDWIDTH" --json "$RESULTS/gemv.json" \
+  > "$RESULTS/gemv.log" 2>&1
+log "gemv done (exit $?)"
 summarize
 
 # --- (d) a real model end to end, GPU vs CPU
