@@ -349,6 +349,24 @@ int cmd_compare(const Args& a, json& j) {
     if (e_ != cudaSuccess) die(std::string(#call) + ": " + cudaGetErrorString(e_));             \
   } while (0)
 
+// Microseconds per call(): CUDA events around `iters` calls on the default stream, after 3 warm-ups.
+template <typename Call>
+double us_per_call(int iters, Call call) {
+  for (int i = 0; i < 3; ++i) call();
+  cudaEvent_t e0, e1;
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  BENCH_CUDA(cudaEventRecord(e0));
+  for (int i = 0; i < iters; ++i) call();
+  BENCH_CUDA(cudaEventRecord(e1));
+  BENCH_CUDA(cudaEventSynchronize(e1));
+  float ms = 0;
+  BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return 1000.0 * ms / iters;
+}
+
 int cmd_attention(const Args& a, json& j) {
   const int32_t bs = 16, hd = a.head_dim;
   if (a.kv_type != "f32" && a.kv_type != "f16") die("--kv-type must be f32 or f16, got '" + a.kv_type + "'");
@@ -395,24 +413,12 @@ int cmd_attention(const Args& a, json& j) {
         const int e = helios::kernels::launch_paged_attention(q, cache, plan, a.heads, scale, tiles, ws, out, nullptr);
         if (e != 0) die(std::string("launch_paged_attention: ") + cudaGetErrorString(static_cast<cudaError_t>(e)));
       };
-      for (int i = 0; i < 3; ++i) call();
-      cudaEvent_t e0, e1;
-      BENCH_CUDA(cudaEventCreate(&e0));
-      BENCH_CUDA(cudaEventCreate(&e1));
-      BENCH_CUDA(cudaEventRecord(e0));
-      for (int i = 0; i < a.iters; ++i) call();
-      BENCH_CUDA(cudaEventRecord(e1));
-      BENCH_CUDA(cudaEventSynchronize(e1));
-      float ms = 0;
-      BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-      const double us = 1000.0 * ms / a.iters;
+      const double us = us_per_call(a.iters, call);
       const double bytes = 2.0 * batch * ctx * kv_row * static_cast<double>(elem) + 2.0 * q_floats * 4;
       std::printf("%-6d %8d %6d %10.1f %10.1f\n", batch, ctx, a.heads, us, bytes / (us * 1e-6) / 1e9);
       j["runs"].push_back({{"batch", batch}, {"context", ctx}, {"heads", a.heads}, {"kv_heads", a.kv_heads},
                            {"head_dim", hd}, {"dtype", f16 ? "float16" : "float32"}, {"us_per_call", us}, {"bytes", bytes},
                            {"gb_s", bytes / (us * 1e-6) / 1e9}});
-      cudaEventDestroy(e0);
-      cudaEventDestroy(e1);
       for (void* p : {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(q), static_cast<void*>(out),
                       static_cast<void*>(ws), static_cast<void*>(d_tables), static_cast<void*>(d_seq),
                       static_cast<void*>(d_pos)}) {
@@ -467,19 +473,7 @@ int cmd_gemv(const Args& a, json& j) {
                                                                       n_out, y, nullptr);
           if (e != 0) die("gemv " + name + ": " + cudaGetErrorString(static_cast<cudaError_t>(e)));
         };
-        for (int i = 0; i < 3; ++i) call();
-        cudaEvent_t e0, e1;
-        BENCH_CUDA(cudaEventCreate(&e0));
-        BENCH_CUDA(cudaEventCreate(&e1));
-        BENCH_CUDA(cudaEventRecord(e0));
-        for (int i = 0; i < a.iters; ++i) call();
-        BENCH_CUDA(cudaEventRecord(e1));
-        BENCH_CUDA(cudaEventSynchronize(e1));
-        float ms = 0;
-        BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-        cudaEventDestroy(e0);
-        cudaEventDestroy(e1);
-        const double us = 1000.0 * ms / a.iters;
+        const double us = us_per_call(a.iters, call);
         const double bytes = static_cast<double>(w_bytes) + 4.0 * rows * (n_in + n_out);
         const double gbs = bytes / (us * 1e-6) / 1e9;
         const std::string shape = std::to_string(n_out) + "x" + std::to_string(n_in);
