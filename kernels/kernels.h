@@ -279,7 +279,7 @@ int launch_matmul_quant(uint32_t weight_type, const float* x, const void* w, int
                         int32_t n_out, float* y, void* stream);
 // The device's decoder for values [32·unit, 32·unit + 32) of a quantized row, run on the host:
 // the same code the kernels above inline, with 16-byte loads (Q4_K, Q5_K; the row must then be
-// 16-byte aligned) or byte loads. For tests on machines without a GPU; cudaErrorInvalidValue for
+// 16-byte aligned) or two-byte loads. For tests on machines without a GPU; cudaErrorInvalidValue for
 // a type launch_matmul_quant does not read.
 int decode_quant_unit(uint32_t weight_type, const void* row, int32_t unit, bool vector_loads, float* out);
 // out[n_rows, n_in] = the rows dequantized and rounded to f16 (for a cuBLAS product of many rows).

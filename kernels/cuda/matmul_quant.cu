@@ -5,8 +5,8 @@
 // applies each unit to all of them, 1 to 8 rows in one launch, so the bytes read per token are the
 // file's; for more rows the weights are dequantized to f16 a slice
 // at a time for cuBLAS (launch_dequantize_f16). Q4_K and Q5_K units are read with 16-byte loads
-// when the weights' rows are 16-byte aligned (their blocks are 144 and 176 bytes), else byte by
-// byte. The decoders are host-callable too: decode_quant_unit runs them on the CPU, so a test
+// when the weights' rows are 16-byte aligned (their blocks are 144 and 176 bytes); everything
+// else two bytes at a time (every block is 2-byte aligned). The decoders are host-callable too: decode_quant_unit runs them on the CPU, so a test
 // checks their bits against the host's dequantize_row on machines without a GPU.
 #include <cuda_fp16.h>
 
@@ -27,7 +27,21 @@ constexpr int kUnit = 32;      // values a thread decodes at once
 
 HD float half_bits(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
-// The 32 bytes at p into registers: two 16-byte loads when p is 16-byte aligned (kVector).
+// The N bytes at p into registers in N/2 two-byte loads: every block is 2-byte aligned (its
+// scales are halves), so any stretch at an even offset of one is too.
+template <int N>
+HD void load_pairs(const uint8_t* __restrict__ p, uint8_t (&out)[N]) {
+  const auto* h = reinterpret_cast<const uint16_t*>(p);
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) {
+    const uint16_t x = h[i];
+    out[2 * i] = static_cast<uint8_t>(x);
+    out[2 * i + 1] = static_cast<uint8_t>(x >> 8);
+  }
+}
+
+// The 32 bytes at p into registers: two 16-byte loads when p is 16-byte aligned (kVector), else
+// sixteen two-byte loads.
 template <bool kVector>
 HD void load32(const uint8_t* __restrict__ p, uint8_t (&out)[32]) {
   if constexpr (kVector) {
@@ -36,8 +50,7 @@ HD void load32(const uint8_t* __restrict__ p, uint8_t (&out)[32]) {
 #pragma unroll
     for (int i = 0; i < 32; ++i) out[i] = static_cast<uint8_t>(words[i / 4] >> (8 * (i % 4)));
   } else {
-#pragma unroll
-    for (int i = 0; i < 32; ++i) out[i] = p[i];
+    load_pairs(p, out);
   }
 }
 
@@ -63,8 +76,10 @@ struct Quant<kWeightQ8_0> {
   HD static void unit(const uint8_t* __restrict__ row, int32_t u, float* v) {
     const Block& b = reinterpret_cast<const Block*>(row)[u];
     const float d = half_bits(b.d);
+    uint8_t qs[kUnit];
+    load_pairs(reinterpret_cast<const uint8_t*>(b.qs), qs);
 #pragma unroll
-    for (int j = 0; j < kUnit; ++j) v[j] = d * b.qs[j];
+    for (int j = 0; j < kUnit; ++j) v[j] = d * static_cast<int8_t>(qs[j]);
   }
 };
 
@@ -75,10 +90,12 @@ struct Quant<kWeightQ4_0> {
   HD static void unit(const uint8_t* __restrict__ row, int32_t u, float* v) {
     const Block& b = reinterpret_cast<const Block*>(row)[u];
     const float d = half_bits(b.d);
+    uint8_t qs[kUnit / 2];
+    load_pairs(b.qs, qs);
 #pragma unroll
     for (int j = 0; j < kUnit / 2; ++j) {
-      v[j] = d * ((b.qs[j] & 0xF) - 8);
-      v[j + kUnit / 2] = d * ((b.qs[j] >> 4) - 8);
+      v[j] = d * ((qs[j] & 0xF) - 8);
+      v[j + kUnit / 2] = d * ((qs[j] >> 4) - 8);
     }
   }
 };
@@ -90,17 +107,20 @@ struct Quant<kWeightQ4_1> {
   HD static void unit(const uint8_t* __restrict__ row, int32_t u, float* v) {
     const Block& b = reinterpret_cast<const Block*>(row)[u];
     const float d = half_bits(b.d), m = half_bits(b.m);
+    uint8_t qs[kUnit / 2];
+    load_pairs(b.qs, qs);
 #pragma unroll
     for (int j = 0; j < kUnit / 2; ++j) {
-      v[j] = d * (b.qs[j] & 0xF) + m;
-      v[j + kUnit / 2] = d * (b.qs[j] >> 4) + m;
+      v[j] = d * (qs[j] & 0xF) + m;
+      v[j + kUnit / 2] = d * (qs[j] >> 4) + m;
     }
   }
 };
 
 HD uint32_t high_bits(const uint8_t* qh) {
-  return qh[0] | static_cast<uint32_t>(qh[1]) << 8 | static_cast<uint32_t>(qh[2]) << 16 |
-         static_cast<uint32_t>(qh[3]) << 24;
+  uint8_t b[4];
+  load_pairs(qh, b);
+  return b[0] | static_cast<uint32_t>(b[1]) << 8 | static_cast<uint32_t>(b[2]) << 16 | static_cast<uint32_t>(b[3]) << 24;
 }
 
 template <>
@@ -111,10 +131,12 @@ struct Quant<kWeightQ5_0> {
     const Block& b = reinterpret_cast<const Block*>(row)[u];
     const float d = half_bits(b.d);
     const uint32_t qh = high_bits(b.qh);
+    uint8_t qs[kUnit / 2];
+    load_pairs(b.qs, qs);
 #pragma unroll
     for (int j = 0; j < kUnit / 2; ++j) {
-      v[j] = d * (static_cast<int>((b.qs[j] & 0xF) | ((qh >> j) & 1) << 4) - 16);
-      v[j + kUnit / 2] = d * (static_cast<int>((b.qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - 16);
+      v[j] = d * (static_cast<int>((qs[j] & 0xF) | ((qh >> j) & 1) << 4) - 16);
+      v[j + kUnit / 2] = d * (static_cast<int>((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - 16);
     }
   }
 };
@@ -127,10 +149,12 @@ struct Quant<kWeightQ5_1> {
     const Block& b = reinterpret_cast<const Block*>(row)[u];
     const float d = half_bits(b.d), m = half_bits(b.m);
     const uint32_t qh = high_bits(b.qh);
+    uint8_t qs[kUnit / 2];
+    load_pairs(b.qs, qs);
 #pragma unroll
     for (int j = 0; j < kUnit / 2; ++j) {
-      v[j] = d * static_cast<int>((b.qs[j] & 0xF) | ((qh >> j) & 1) << 4) + m;
-      v[j + kUnit / 2] = d * static_cast<int>((b.qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) + m;
+      v[j] = d * static_cast<int>((qs[j] & 0xF) | ((qh >> j) & 1) << 4) + m;
+      v[j + kUnit / 2] = d * static_cast<int>((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) + m;
     }
   }
 };
@@ -173,14 +197,15 @@ struct Quant<kWeightQ6_K> {
     const BlockQ6_K& b = reinterpret_cast<const BlockQ6_K*>(row)[u / 8];
     const int half = (u % 8) / 4, quarter = u % 4;
     const float d = half_bits(b.d);
-    const uint8_t* ql = b.ql + 64 * half + 32 * (quarter % 2);
-    const uint8_t* qh = b.qh + 32 * half;
-    const int8_t* sc = b.scales + 8 * half + 2 * quarter;
+    uint8_t ql[kUnit], qh[kUnit], sc[2];
+    load_pairs(b.ql + 64 * half + 32 * (quarter % 2), ql);
+    load_pairs(b.qh + 32 * half, qh);
+    load_pairs(reinterpret_cast<const uint8_t*>(b.scales) + 8 * half + 2 * quarter, sc);
 #pragma unroll
     for (int l = 0; l < kUnit; ++l) {
       const int low = quarter >= 2 ? ql[l] >> 4 : ql[l] & 0xF;
       const int q = static_cast<int8_t>(low | (((qh[l] >> (2 * quarter)) & 3) << 4)) - 32;
-      v[l] = d * sc[l / 16] * q;
+      v[l] = d * static_cast<int8_t>(sc[l / 16]) * q;
     }
   }
 };

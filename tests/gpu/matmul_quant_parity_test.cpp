@@ -5,7 +5,7 @@
 // another order); the f16 dequantization is the host's values rounded to nearest even, to within
 // one unit in the last place of the half (d·q + m may be one fused multiply-add on one side and
 // two roundings on the other, which moves a value one float ulp and, rarely, its half).
-// Q4_K and Q5_K are read with 16-byte loads from aligned rows and byte by byte otherwise: both
+// Q4_K and Q5_K are read with 16-byte loads from aligned rows and two bytes at a time otherwise: both
 // paths run here, and on the CPU (no GPU needed) the device's decoders are checked against
 // dequantize_row unit by unit.
 #include <algorithm>
@@ -83,7 +83,7 @@ TEST(GpuParity, MatmulQuantizedMatchesTheCpuTwin) {
 
 // No GPU needed: the kernels' own decoders, compiled for the host, give dequantize_row's values
 // (to within the rounding of d·q + m as one fused multiply-add or two operations) for every unit
-// of every type, through both the 16-byte and the byte loads. A bit taken from the wrong place
+// of every type, through both the 16-byte and the two-byte loads. A bit taken from the wrong place
 // moves a value by a whole quantization step, a million times this margin.
 TEST(QuantDecoders, DeviceDecodersGiveTheHostsValues) {
   struct alignas(16) Chunk { uint8_t b[16]; };
@@ -106,7 +106,7 @@ TEST(QuantDecoders, DeviceDecodersGiveTheHostsValues) {
           ASSERT_EQ(kernels::decode_quant_unit(static_cast<uint32_t>(type), row, u, vector, got), 0);
           for (int j = 0; j < 32; ++j) {
             ASSERT_NEAR(got[j], want[u * 32 + j], 1e-6f * scale)
-                << "row " << o << " unit " << u << " value " << j << (vector ? " (16-byte loads)" : " (byte loads)");
+                << "row " << o << " unit " << u << " value " << j << (vector ? " (16-byte loads)" : " (two-byte loads)");
           }
         }
       }
