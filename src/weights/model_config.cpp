@@ -17,6 +17,29 @@ StatusOr<int32_t> get_positive(const GgufFile& f, const std::string& key, int64_
   return static_cast<int32_t>(*v);
 }
 
+// Rope scaling (linear, YaRN, Llama 3.1's per-dimension frequencies) changes every rotation: a
+// file that asks for it would give other logits than its model was trained to, so it is refused
+// rather than run without it. A factor of 1 scales nothing and is accepted.
+Status check_no_rope_scaling(const GgufFile& f, const std::string& a) {
+  const std::string unsupported = f.path() + ": rope scaling is not supported yet (";
+  const std::string fix = "); use a model without it (Llama 2/3.0, SmolLM2, Qwen2.5 as converted by llama.cpp)";
+  if (f.find_tensor("rope_freqs.weight")) {
+    return invalid_argument(unsupported + "per-dimension frequencies in tensor 'rope_freqs.weight', Llama 3.1's "
+                            "'llama3' scaling" + fix);
+  }
+  auto type = f.get_string(a + "rope.scaling.type");
+  auto factor = f.get_float(a + "rope.scaling.factor");
+  if (type.ok() && *type != "none" && factor.ok() && *factor != 0.0 && *factor != 1.0) {
+    return invalid_argument(unsupported + "'" + a + "rope.scaling.type' = '" + *type + "' with factor " +
+                            std::to_string(*factor) + fix);
+  }
+  auto linear = f.get_float(a + "rope.scale_linear");
+  if (linear.ok() && *linear != 1.0) {
+    return invalid_argument(unsupported + "'" + a + "rope.scale_linear' = " + std::to_string(*linear) + fix);
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 StatusOr<ModelConfig> model_config_from_gguf(const GgufFile& f) {
@@ -57,6 +80,7 @@ StatusOr<ModelConfig> model_config_from_gguf(const GgufFile& f) {
     if (!(base > 1.0)) return invalid_argument(f.path() + ": rope.freq_base must be > 1");
     c.rope_freq_base = static_cast<float>(base);
   }
+  HELIOS_RETURN_IF_ERROR(check_no_rope_scaling(f, a));
   if (f.find(a + "attention.layer_norm_rms_epsilon")) {
     HELIOS_ASSIGN_OR_RETURN(double eps, f.get_float(a + "attention.layer_norm_rms_epsilon"));
     if (!(eps > 0 && eps < 1)) return invalid_argument(f.path() + ": layer_norm_rms_epsilon must be in (0, 1)");

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 
@@ -464,6 +465,53 @@ TEST(ModelLoad, RefusesOtherArchitecturesListingTheSupportedOnes) {
   EXPECT_NE(m.status().message().find("gemma3"), std::string::npos);
   EXPECT_NE(m.status().message().find("llama"), std::string::npos);
   EXPECT_NE(m.status().message().find("qwen2"), std::string::npos);
+}
+
+// A copy of the model at `path` with `extra` applied to its writer (keys and tensors added).
+std::string with_extra(const std::string& path, const std::string& name, const std::function<void(GgufWriter&)>& extra) {
+  auto file = GgufFile::open(path);
+  EXPECT_TRUE(file.ok());
+  GgufWriter w;
+  for (const std::string& key : (*file)->keys()) w.set_value(key, *(*file)->find(key));
+  for (const GgufTensorInfo& t : (*file)->tensors()) {
+    EXPECT_TRUE(w.add_tensor(t.name, t.type, t.dims, std::vector<uint8_t>(t.data, t.data + t.n_bytes)).ok());
+  }
+  extra(w);
+  const std::string out = testing::temp_dir() + "/" + name + ".gguf";
+  EXPECT_TRUE(w.write(out).ok());
+  return out;
+}
+
+TEST(ModelLoad, RefusesRopeScalingItWouldIgnore) {
+  const std::string base = synthetic_model("rope-scaling-base", false, 2, true);
+  auto backend = make_cpu_backend(1);
+  auto refused = [&](const std::string& path, const std::string& named) {
+    auto m = Model::load(path, *backend);
+    ASSERT_FALSE(m.ok()) << path;
+    EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(m.status().message().find("rope scaling is not supported"), std::string::npos) << m.status().message();
+    EXPECT_NE(m.status().message().find(named), std::string::npos) << m.status().message();
+  };
+  refused(with_extra(base, "rope-llama3", [](GgufWriter& w) {
+    std::vector<uint8_t> factors(4 * 8);
+    ASSERT_TRUE(w.add_tensor("rope_freqs.weight", TensorType::kF32, {8}, std::move(factors)).ok());
+  }), "rope_freqs.weight");
+  refused(with_extra(base, "rope-yarn", [](GgufWriter& w) {
+    w.set_string("llama.rope.scaling.type", "yarn");
+    w.set_float32("llama.rope.scaling.factor", 4.0f);
+  }), "yarn");
+  refused(with_extra(base, "rope-linear", [](GgufWriter& w) { w.set_float32("llama.rope.scale_linear", 2.0f); }),
+          "scale_linear");
+  // Scaling by 1 (or naming no scaling) changes nothing: such files load.
+  for (const std::string& path :
+       {with_extra(base, "rope-linear-1", [](GgufWriter& w) {
+          w.set_string("llama.rope.scaling.type", "linear");
+          w.set_float32("llama.rope.scaling.factor", 1.0f);
+        }),
+        with_extra(base, "rope-none", [](GgufWriter& w) { w.set_string("llama.rope.scaling.type", "none"); })}) {
+    auto m = Model::load(path, *backend);
+    EXPECT_TRUE(m.ok()) << path << ": " << m.status().message();
+  }
 }
 
 TEST(ModelLoad, MissingFileIsNotFound) {
