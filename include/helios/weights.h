@@ -39,6 +39,7 @@ struct ModelWeights {
   Matrix tok_embd;     // [n_vocab, n_embd] for the embedding lookup (Backend::embedding_rows):
                        // the file's type where the backend gathers from it, else f32
   Buffer output_norm;  // [n_embd]
+  Buffer rope_freqs;   // [n_rot / 2] per-pair frequency divisors (Llama 3's scaling); empty without
   Matrix output;       // [n_vocab, n_embd] LM head; when tied, token_embd.weight again — the same
                        // memory as tok_embd (empty storage) when both keep the same type
   std::vector<LayerWeights> layers;

@@ -17,16 +17,13 @@ StatusOr<int32_t> get_positive(const GgufFile& f, const std::string& key, int64_
   return static_cast<int32_t>(*v);
 }
 
-// Rope scaling (linear, YaRN, Llama 3.1's per-dimension frequencies) changes every rotation: a
-// file that asks for it would give other logits than its model was trained to, so it is refused
-// rather than run without it. A factor of 1 scales nothing and is accepted.
+// Rope scaling by a factor (linear, YaRN) changes every rotation: a file that asks for it would
+// give other logits than its model was trained to, so it is refused rather than run without it.
+// A factor of 1 scales nothing and is accepted. (Llama 3's per-pair divisors, the tensor
+// rope_freqs.weight, are applied: ModelWeights::rope_freqs.)
 Status check_no_rope_scaling(const GgufFile& f, const std::string& a) {
   const std::string unsupported = f.path() + ": rope scaling is not supported yet (";
-  const std::string fix = "); use a model without it (Llama 2/3.0, SmolLM2, Qwen2.5 as converted by llama.cpp)";
-  if (f.find_tensor("rope_freqs.weight")) {
-    return invalid_argument(unsupported + "per-dimension frequencies in tensor 'rope_freqs.weight', Llama 3.1's "
-                            "'llama3' scaling" + fix);
-  }
+  const std::string fix = "); use a model without it (Llama 2/3/3.1/3.2, SmolLM2, Qwen2.5 as converted by llama.cpp)";
   auto type = f.get_string(a + "rope.scaling.type");
   auto factor = f.get_float(a + "rope.scaling.factor");
   if (type.ok() && *type != "none" && factor.ok() && *factor != 0.0 && *factor != 1.0) {

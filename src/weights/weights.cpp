@@ -256,6 +256,10 @@ StatusOr<ModelWeights> load_weights(const GgufFile& file, const ModelConfig& c, 
                                                   c.tied_output ? Use::kTiedEmbedding : Use::kEmbedding));
   load.count(w.tok_embd.storage, int64_t{c.n_embd} * c.n_vocab);
   HELIOS_ASSIGN_OR_RETURN(w.output_norm, load.vec("output_norm.weight", c.n_embd));
+  if (file.find_tensor("rope_freqs.weight")) {
+    ++load.n_total;
+    HELIOS_ASSIGN_OR_RETURN(w.rope_freqs, load.vec("rope_freqs.weight", c.n_rot / 2));
+  }
   if (shard.sharded()) {
     // Vocabulary-parallel: this rank's rows of the LM head, a copy of them even when tied.
     const std::string name = c.tied_output ? "token_embd.weight" : "output.weight";

@@ -1,6 +1,9 @@
 // RoPE (interleaved and half-split pairs, partial rotation) against ref_rope.
 // Tolerance: 2e-6 relative + 2e-6 absolute on values of about 1: the angles are bit-identical;
 // sincosf and the host's sin/cos differ by at most 2 ulp, and fused multiply-adds by 1.
+#include <algorithm>
+#include <vector>
+
 #include "gpu/gpu_test_util.h"
 #include "kernels/kernels.h"
 
@@ -29,14 +32,22 @@ TEST(GpuParity, RopeMatchesTheCpuTwin) {
   const int32_t n = static_cast<int32_t>(positions.size());
   for (const auto& c : cases) {
     auto x = normal_floats(static_cast<size_t>(n) * c.n_heads * c.head_dim, c.head_dim);
-    DeviceArray<float> d_x(x);
     DeviceArray<int32_t> d_pos(positions);
-    ASSERT_EQ(kernels::launch_rope(d_x.get(), d_pos.get(), n, c.n_heads, c.head_dim, c.n_rot, c.base,
-                                   c.interleaved, nullptr), 0);
-    kernels::ref_rope(x.data(), positions.data(), n, c.n_heads, c.head_dim, c.n_rot, c.base, c.interleaved);
-    EXPECT_TRUE(all_near(d_x.to_host(), x, 2e-6f, 2e-6f))
-        << "heads " << c.n_heads << " head_dim " << c.head_dim << " n_rot " << c.n_rot
-        << (c.interleaved ? " interleaved" : " half-split");
+    // Without and with per-pair frequency divisors (Llama 3's: 1 for high frequencies, up to 8).
+    std::vector<float> factors(c.n_rot / 2);
+    for (int32_t i = 0; i < c.n_rot / 2; ++i) factors[i] = 1.0f + 7.0f * i / std::max(1, c.n_rot / 2 - 1);
+    DeviceArray<float> d_factors(factors);
+    for (const bool scaled : {false, true}) {
+      auto xc = x;
+      DeviceArray<float> d_x(xc);
+      ASSERT_EQ(kernels::launch_rope(d_x.get(), d_pos.get(), n, c.n_heads, c.head_dim, c.n_rot, c.base,
+                                     scaled ? d_factors.get() : nullptr, c.interleaved, nullptr), 0);
+      kernels::ref_rope(xc.data(), positions.data(), n, c.n_heads, c.head_dim, c.n_rot, c.base,
+                        scaled ? factors.data() : nullptr, c.interleaved);
+      EXPECT_TRUE(all_near(d_x.to_host(), xc, 2e-6f, 2e-6f))
+          << "heads " << c.n_heads << " head_dim " << c.head_dim << " n_rot " << c.n_rot
+          << (c.interleaved ? " interleaved" : " half-split") << (scaled ? ", frequency factors" : "");
+    }
   }
 }
 

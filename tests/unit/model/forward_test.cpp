@@ -70,10 +70,13 @@ std::vector<float> dense_logits(const std::string& path, const std::vector<Token
     for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * w[i];
     return y;
   };
+  // Llama 3's per-pair divisors of the angle, where the file has them.
+  const std::vector<float> factors = (*file)->find_tensor("rope_freqs.weight") ? tensor("rope_freqs.weight")
+                                                                               : std::vector<float>(c.n_rot / 2, 1.0f);
   auto rope = [&](std::vector<float>& v, int n_heads, int pos) {
     for (int h = 0; h < n_heads; ++h)
       for (int i = 0; i < c.n_rot / 2; ++i) {
-        const double theta = pos * std::pow(c.rope_freq_base, -2.0 * i / c.n_rot);
+        const double theta = pos * std::pow(c.rope_freq_base, -2.0 * i / c.n_rot) / factors[i];
         const int a = c.rope_layout == RopeLayout::kInterleaved ? 2 * i : i;
         const int b = c.rope_layout == RopeLayout::kInterleaved ? 2 * i + 1 : i + c.n_rot / 2;
         float* x = v.data() + h * c.head_dim;
@@ -482,6 +485,32 @@ std::string with_extra(const std::string& path, const std::string& name, const s
   return out;
 }
 
+// Llama 3's scaling: the angle of pair i divided by rope_freqs.weight[i]. The pass matches the
+// dense reference with the divisors, and they change the logits (it does not ignore them).
+TEST(Forward, RopeFrequencyFactorsDivideEachPairsAngle) {
+  for (const bool halves : {false, true}) {
+    SCOPED_TRACE(halves ? "half-split pairs" : "interleaved pairs");
+    const std::string base = synthetic_model("rope-freqs-base-" + std::to_string(halves), halves, 2, true);
+    const int32_t n_pairs = 64 / 4 / 2;  // head_dim / 2
+    const std::string scaled = with_extra(base, "rope-freqs-" + std::to_string(halves), [&](GgufWriter& w) {
+      std::vector<float> f(n_pairs);
+      for (int32_t i = 0; i < n_pairs; ++i) f[i] = i < n_pairs / 2 ? 1.0f : 1.0f + 3.5f * i;
+      std::vector<uint8_t> bytes(f.size() * sizeof(float));
+      std::memcpy(bytes.data(), f.data(), bytes.size());
+      ASSERT_TRUE(w.add_tensor("rope_freqs.weight", TensorType::kF32, {n_pairs}, std::move(bytes)).ok());
+    });
+    const std::vector<TokenId> tokens = {1, 17, 250, 3, 99, 42, 7, 180, 5, 64, 12, 200};
+    Fixture with(scaled), without(base);
+    BlockTable t1, t2;
+    const auto got = with.run(tokens, t1, {tokens.size()});
+    expect_close(got, dense_logits(scaled, tokens), 2e-4f);
+    const auto plain = without.run(tokens, t2, {tokens.size()});
+    float max_diff = 0;
+    for (size_t i = 0; i < got.size(); ++i) max_diff = std::max(max_diff, std::fabs(got[i] - plain[i]));
+    EXPECT_GT(max_diff, 1e-3f) << "the factors changed nothing";
+  }
+}
+
 TEST(ModelLoad, RefusesRopeScalingItWouldIgnore) {
   const std::string base = synthetic_model("rope-scaling-base", false, 2, true);
   auto backend = make_cpu_backend(1);
@@ -492,10 +521,6 @@ TEST(ModelLoad, RefusesRopeScalingItWouldIgnore) {
     EXPECT_NE(m.status().message().find("rope scaling is not supported"), std::string::npos) << m.status().message();
     EXPECT_NE(m.status().message().find(named), std::string::npos) << m.status().message();
   };
-  refused(with_extra(base, "rope-llama3", [](GgufWriter& w) {
-    std::vector<uint8_t> factors(4 * 8);
-    ASSERT_TRUE(w.add_tensor("rope_freqs.weight", TensorType::kF32, {8}, std::move(factors)).ok());
-  }), "rope_freqs.weight");
   refused(with_extra(base, "rope-yarn", [](GgufWriter& w) {
     w.set_string("llama.rope.scaling.type", "yarn");
     w.set_float32("llama.rope.scaling.factor", 4.0f);
