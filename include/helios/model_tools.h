@@ -30,6 +30,9 @@ struct SyntheticModelSpec {
   // Q4_K_M-like (with type Q4_K): Q6_K for the LM head, and for attn_v and ffn_down in the layers
   // llama.cpp's Q4_K_M gives more bits (the first and last eighth, every third one between).
   bool q4_k_m = false;
+  // rope_freqs.weight: Llama 3.1's rope scaling for this shape (factor 8, low and high frequency
+  // factors 1 and 4, original context 8192), as llama.cpp's converter writes it.
+  bool llama3_rope = false;
   uint64_t seed = 1;
   std::string name = "synthetic";
 

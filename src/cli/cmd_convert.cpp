@@ -55,6 +55,8 @@ int cmd_make_synthetic(int argc, char** argv) {
       .option("seed", "S", "random seed", "1")
       .option("untied", "", "write a separate LM head instead of sharing the embedding")
       .option("rope-halves", "", "use the (i, i + d/2) RoPE pairing instead of interleaved pairs")
+      .option("rope-base", "F", "RoPE frequency base (preset's: 10000, or 500000 for 1b and 8b)")
+      .option("llama3-rope", "", "write rope_freqs.weight: Llama 3.1's rope scaling for this shape")
       .example("helios make-synthetic --preset 1b --type Q8_0 --out models/synthetic-1b.gguf");
   if (Status s = args.parse(argc, argv); !s.ok()) return usage_error("make-synthetic", s.message());
   if (args.help_requested()) {
@@ -97,6 +99,12 @@ int cmd_make_synthetic(int argc, char** argv) {
     spec.type = *type;
     spec.tied_output = !args.has("untied");
     spec.rope_halves = args.has("rope-halves");
+    spec.llama3_rope = args.has("llama3-rope");
+    if (args.has("rope-base")) {
+      HELIOS_ASSIGN_OR_RETURN(double base, args.number("rope-base"));
+      if (!(base > 1.0)) return invalid_argument("--rope-base must be > 1, got " + args.str("rope-base"));
+      spec.rope_freq_base = static_cast<float>(base);
+    }
     return spec.validate();
   };
   if (Status s = parse_all(); !s.ok()) return usage_error("make-synthetic", s.message());

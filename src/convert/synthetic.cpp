@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -11,6 +12,31 @@
 #include "helios/model_tools.h"
 
 namespace helios {
+namespace {
+
+// Llama 3.1's rope_freqs for head_dim and base (factor 8, low/high frequency factors 1 and 4,
+// original context 8192), computed in double as llama.cpp's converter does: pairs whose
+// wavelength is under 8192/4 keep their frequency, over 8192 divide it by 8, and between blend.
+std::vector<float> llama3_rope_factors(int32_t head_dim, float base) {
+  constexpr double kFactor = 8, kLow = 1, kHigh = 4, kOldContext = 8192;
+  constexpr double kPi = 3.14159265358979323846;
+  std::vector<float> out;
+  for (int32_t i = 0; i < head_dim; i += 2) {
+    const double freq = 1.0 / std::pow(static_cast<double>(base), static_cast<double>(i) / head_dim);
+    const double wavelen = 2 * kPi / freq;
+    if (wavelen < kOldContext / kHigh) {
+      out.push_back(1.0f);
+    } else if (wavelen > kOldContext / kLow) {
+      out.push_back(static_cast<float>(kFactor));
+    } else {
+      const double smooth = (kOldContext / wavelen - kLow) / (kHigh - kLow);
+      out.push_back(static_cast<float>(1 / ((1 - smooth) / kFactor + smooth)));
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 Status SyntheticModelSpec::validate() const {
   auto positive = [](int64_t v, const char* name) -> Status {
@@ -138,6 +164,13 @@ Status make_synthetic_model(const SyntheticModelSpec& s, const std::string& out_
   }
   HELIOS_RETURN_IF_ERROR(add("output_norm.weight", s.n_embd, 0));
   if (!s.tied_output) HELIOS_RETURN_IF_ERROR(add("output.weight", s.n_embd, s.n_vocab));
+  if (s.llama3_rope) {  // last, so that every other tensor keeps the values it has without it
+    const std::vector<float> f = llama3_rope_factors(s.n_embd / s.n_head, s.rope_freq_base);
+    std::vector<uint8_t> bytes(f.size() * sizeof(float));
+    std::memcpy(bytes.data(), f.data(), bytes.size());
+    HELIOS_RETURN_IF_ERROR(w.add_tensor("rope_freqs.weight", TensorType::kF32, {static_cast<int64_t>(f.size())},
+                                        std::move(bytes)));
+  }
   return w.write(out_path);
 }
 
