@@ -48,9 +48,10 @@ void ref_embedding(const int32_t* tokens, int32_t n_tokens, const float* table, 
 // Rotates the first n_rot dims of each head in place. x: [n_tokens, n_heads, head_dim].
 // interleaved: pairs (2i, 2i+1); otherwise pairs (i, i + n_rot/2). Pair i turns by
 // pos · base^(-2i/n_rot), divided by freq_factors[i] when given ([n_rot/2]: Llama 3's scaling,
-// the file's rope_freqs.weight).
-void ref_rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads,
-              int32_t head_dim, int32_t n_rot, float freq_base, const float* freq_factors, bool interleaved);
+// the file's rope_freqs.weight), then times freq_scale (linear scaling: 1 / its factor), in
+// llama.cpp's order.
+void ref_rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads, int32_t head_dim,
+              int32_t n_rot, float freq_base, float freq_scale, const float* freq_factors, bool interleaved);
 
 // Writes each token's K and V into its cache slot, converted to the cache's type.
 // k, v: [n_tokens, n_kv_heads, head_dim]; slots: [n_tokens]
@@ -228,8 +229,8 @@ int launch_embedding(const int32_t* tokens, int32_t n_tokens, const float* table
 int launch_add_rmsnorm(float* x, const float* y, const float* weight, int32_t n_rows, int32_t dim,
                        float eps, float* out, void* stream);
 int launch_rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads,
-                int32_t head_dim, int32_t n_rot, float freq_base, const float* freq_factors, bool interleaved,
-                void* stream);
+                int32_t head_dim, int32_t n_rot, float freq_base, float freq_scale, const float* freq_factors,
+                bool interleaved, void* stream);
 int launch_kv_write(const float* k, const float* v, const int32_t* slots, int32_t n_tokens,
                     const PagedKV& cache, void* stream);
 

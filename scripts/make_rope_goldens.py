@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Reference logits for Llama 3.1's rope scaling (rope_freqs.weight), computed by llama.cpp.
+"""Reference logits for rope scaling (Llama 3.1's rope_freqs.weight, linear), computed by llama.cpp.
 
-Writes tests/golden/data/llama3_rope.json: the logits llama.cpp gives for every position of a
-fixed token sequence on two seeded synthetic models that `helios make-synthetic` writes (F32
-weights, rope base 500000, 4 heads of 16), one plain and one with --llama3-rope. The models are
-not stored: tests/golden/llama3_rope_test.cpp writes the same files through make_synthetic_model
+Writes tests/golden/data/rope_scaling.json: the logits llama.cpp gives for every position of a
+fixed token sequence on three seeded synthetic models that `helios make-synthetic` writes (F32
+weights, rope base 500000, 4 heads of 16): plain, with --llama3-rope, and with --rope-linear 4. The models are
+not stored: tests/golden/rope_scaling_test.cpp writes the same files through make_synthetic_model
 with the spec recorded here and compares Helios's logits with these.
 
 llama.cpp runs with F32 K/V caches and without flash attention, so the only differences left are
@@ -29,13 +29,15 @@ TOKENS = [1, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 300, 4
           128, 255, 64, 480, 37, 90, 201, 333]
 
 
-def write_model(helios, path, llama3_rope):
+def write_model(helios, path, llama3_rope, rope_linear):
     cmd = [helios, "make-synthetic", "--preset", SPEC["preset"], "--rope-base", str(SPEC["rope_base"]),
            "--type", SPEC["type"], "--seed", str(SPEC["seed"]), "--out", path]
     if SPEC["untied"]:
         cmd.append("--untied")
     if llama3_rope:
         cmd.append("--llama3-rope")
+    if rope_linear:
+        cmd += ["--rope-linear", str(rope_linear)]
     subprocess.run(cmd, check=True, capture_output=True)
 
 
@@ -52,20 +54,22 @@ def logits_of(path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--helios", default="build/helios", help="the helios program (default: build/helios)")
-    ap.add_argument("--out", default="tests/golden/data", help="folder for llama3_rope.json")
+    ap.add_argument("--out", default="tests/golden/data", help="folder for rope_scaling.json")
     args = ap.parse_args()
     models = []
     with tempfile.TemporaryDirectory() as tmp:
-        for scaled in (False, True):
-            path = os.path.join(tmp, f"synthetic-{int(scaled)}.gguf")
-            write_model(args.helios, path, scaled)
+        for n, (scaled, linear) in enumerate(((False, 0), (True, 0), (False, 4))):
+            path = os.path.join(tmp, f"synthetic-{n}.gguf")
+            write_model(args.helios, path, scaled, linear)
             logits = logits_of(path)
-            models.append({"llama3_rope": scaled,
+            models.append({"llama3_rope": scaled, "rope_linear": linear,
                            "logits": [[float(f"{v:.7g}") for v in row] for row in logits]})
-            print(f"llama3_rope={scaled}: {logits.shape[0]} rows of {logits.shape[1]} logits")
-    diff = np.abs(np.array(models[0]["logits"]) - np.array(models[1]["logits"])).max()
-    print(f"largest change the scaling makes to a logit: {diff:.4g}")
-    out = os.path.join(args.out, "llama3_rope.json")
+            print(f"llama3_rope={scaled} rope_linear={linear}: {logits.shape[0]} rows of {logits.shape[1]} logits")
+    for m in models[1:]:
+        diff = np.abs(np.array(models[0]["logits"]) - np.array(m["logits"])).max()
+        print(f"largest change llama3_rope={m['llama3_rope']} rope_linear={m['rope_linear']} makes to a logit: "
+              f"{diff:.4g}")
+    out = os.path.join(args.out, "rope_scaling.json")
     with open(out, "w") as f:
         json.dump({"source": "llama.cpp via llama-cpp-python (scripts/make_rope_goldens.py)", "spec": SPEC,
                    "tokens": TOKENS, "models": models}, f, separators=(",", ":"))

@@ -29,6 +29,7 @@ struct ModelConfig {
   int32_t n_ctx_train = 0;   // context length the model was trained for
   int32_t n_rot = 0;         // rotary dimensions per head (≤ head_dim)
   float rope_freq_base = 10000.0f;
+  float rope_freq_scale = 1.0f;  // linear rope scaling: every angle times this (1 / the file's factor)
   RopeLayout rope_layout = RopeLayout::kInterleaved;
   float rms_eps = 1e-5f;
   bool tied_output = false;  // LM head shares the token embedding

@@ -33,6 +33,7 @@ struct SyntheticModelSpec {
   // rope_freqs.weight: Llama 3.1's rope scaling for this shape (factor 8, low and high frequency
   // factors 1 and 4, original context 8192), as llama.cpp's converter writes it.
   bool llama3_rope = false;
+  float rope_linear_factor = 0.0f;  // > 1: rope.scaling.type = linear with this factor
   uint64_t seed = 1;
   std::string name = "synthetic";
 

@@ -4,8 +4,8 @@
 
 namespace helios::kernels {
 
-void ref_rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads,
-              int32_t head_dim, int32_t n_rot, float freq_base, const float* freq_factors, bool interleaved) {
+void ref_rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads, int32_t head_dim,
+              int32_t n_rot, float freq_base, float freq_scale, const float* freq_factors, bool interleaved) {
   const int32_t half = n_rot / 2;
   // theta_i = pos · base^(-2i/n_rot), built by repeated multiplication as llama.cpp does, so that
   // both agree to the last bit on long contexts.
@@ -13,7 +13,7 @@ void ref_rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_he
   for (int32_t t = 0; t < n_tokens; ++t) {
     float theta = static_cast<float>(positions[t]);
     for (int32_t i = 0; i < half; ++i, theta *= theta_scale) {
-      const float angle = freq_factors ? theta / freq_factors[i] : theta;  // as llama.cpp divides
+      const float angle = (freq_factors ? theta / freq_factors[i] : theta) * freq_scale;  // llama.cpp's order
       const float c = std::cos(angle), s = std::sin(angle);
       const int32_t a = interleaved ? 2 * i : i;
       const int32_t b = interleaved ? 2 * i + 1 : i + half;

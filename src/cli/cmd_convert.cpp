@@ -57,6 +57,7 @@ int cmd_make_synthetic(int argc, char** argv) {
       .option("rope-halves", "", "use the (i, i + d/2) RoPE pairing instead of interleaved pairs")
       .option("rope-base", "F", "RoPE frequency base (preset's: 10000, or 500000 for 1b and 8b)")
       .option("llama3-rope", "", "write rope_freqs.weight: Llama 3.1's rope scaling for this shape")
+      .option("rope-linear", "F", "linear rope scaling by factor F (rope.scaling.type = linear)")
       .example("helios make-synthetic --preset 1b --type Q8_0 --out models/synthetic-1b.gguf");
   if (Status s = args.parse(argc, argv); !s.ok()) return usage_error("make-synthetic", s.message());
   if (args.help_requested()) {
@@ -100,6 +101,11 @@ int cmd_make_synthetic(int argc, char** argv) {
     spec.tied_output = !args.has("untied");
     spec.rope_halves = args.has("rope-halves");
     spec.llama3_rope = args.has("llama3-rope");
+    if (args.has("rope-linear")) {
+      HELIOS_ASSIGN_OR_RETURN(double factor, args.number("rope-linear"));
+      if (!(factor >= 1.0)) return invalid_argument("--rope-linear must be >= 1, got " + args.str("rope-linear"));
+      spec.rope_linear_factor = static_cast<float>(factor);
+    }
     if (args.has("rope-base")) {
       HELIOS_ASSIGN_OR_RETURN(double base, args.number("rope-base"));
       if (!(base > 1.0)) return invalid_argument("--rope-base must be > 1, got " + args.str("rope-base"));

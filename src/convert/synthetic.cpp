@@ -84,6 +84,10 @@ Status make_synthetic_model(const SyntheticModelSpec& s, const std::string& out_
   w.set_uint32("llama.attention.head_count_kv", s.n_head_kv);
   w.set_uint32("llama.rope.dimension_count", s.n_embd / s.n_head);
   w.set_float32("llama.rope.freq_base", s.rope_freq_base);
+  if (s.rope_linear_factor > 0.0f) {
+    w.set_string("llama.rope.scaling.type", "linear");
+    w.set_float32("llama.rope.scaling.factor", s.rope_linear_factor);
+  }
   w.set_float32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
   if (s.rope_halves) w.set_string("helios.rope.layout", "halves");
 

@@ -404,8 +404,12 @@ void Model::run_block(Pass& p, int32_t l) {
   add_bias(be, w.bk, ws.k.data(), nk, c.kv_dim());
   add_bias(be, w.bv, ws.v.data(), nk, c.kv_dim());
   const float* factors = weights_.rope_freqs.empty() ? nullptr : weights_.rope_freqs.data();
-  if (na > 0) be.rope(ws.q.data(), p.a_pos.data(), na, c.n_head, c.head_dim, c.n_rot, c.rope_freq_base, factors, interleaved);
-  be.rope(ws.k.data(), p.kv_pos.data(), nk, c.n_head_kv, c.head_dim, c.n_rot, c.rope_freq_base, factors, interleaved);
+  if (na > 0) {
+    be.rope(ws.q.data(), p.a_pos.data(), na, c.n_head, c.head_dim, c.n_rot, c.rope_freq_base, c.rope_freq_scale, factors,
+            interleaved);
+  }
+  be.rope(ws.k.data(), p.kv_pos.data(), nk, c.n_head_kv, c.head_dim, c.n_rot, c.rope_freq_base, c.rope_freq_scale,
+          factors, interleaved);
   be.kv_write(ws.k.data(), ws.v.data(), p.kv_slot.data(), nk, cache);
   p.result.layer_rows += na;
   p.result.fill_rows += nf;

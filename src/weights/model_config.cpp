@@ -17,23 +17,27 @@ StatusOr<int32_t> get_positive(const GgufFile& f, const std::string& key, int64_
   return static_cast<int32_t>(*v);
 }
 
-// Rope scaling by a factor (linear, YaRN) changes every rotation: a file that asks for it would
-// give other logits than its model was trained to, so it is refused rather than run without it.
-// A factor of 1 scales nothing and is accepted. (Llama 3's per-pair divisors, the tensor
-// rope_freqs.weight, are applied: ModelWeights::rope_freqs.)
-Status check_no_rope_scaling(const GgufFile& f, const std::string& a) {
-  const std::string unsupported = f.path() + ": rope scaling is not supported yet (";
-  const std::string fix = "); use a model without it (Llama 2/3/3.1/3.2, SmolLM2, Qwen2.5 as converted by llama.cpp)";
+// The rope scaling a file asks for, as llama.cpp reads it: the factor from rope.scaling.factor
+// (else the older rope.scale_linear), 0 or 1 meaning none. Linear scaling multiplies every angle
+// by 1 / factor (rope_freq_scale). Other kinds (YaRN, LongRoPE) change the rotation in ways not
+// implemented: such a file would give other logits than its model was trained to, so it is
+// refused rather than run without them. (Llama 3's per-pair divisors, the tensor
+// rope_freqs.weight, are applied too: ModelWeights::rope_freqs.)
+Status read_rope_scaling(const GgufFile& f, const std::string& a, ModelConfig& c) {
   auto type = f.get_string(a + "rope.scaling.type");
   auto factor = f.get_float(a + "rope.scaling.factor");
-  if (type.ok() && *type != "none" && factor.ok() && *factor != 0.0 && *factor != 1.0) {
-    return invalid_argument(unsupported + "'" + a + "rope.scaling.type' = '" + *type + "' with factor " +
-                            std::to_string(*factor) + fix);
+  if (!factor.ok()) factor = f.get_float(a + "rope.scale_linear");
+  const double k = factor.ok() ? *factor : 0.0;
+  if (k == 0.0 || k == 1.0) return ok_status();  // scales nothing, whatever the kind
+  const std::string kind = type.ok() ? *type : "linear";  // rope.scale_linear alone is linear
+  if (kind == "none") return ok_status();
+  if (kind != "linear") {
+    return invalid_argument(f.path() + ": rope scaling '" + kind + "' (factor " + std::to_string(k) +
+                            ") is not supported yet; supported: linear, and Llama 3's rope_freqs. Use a model "
+                            "without it (Llama 2/3/3.1/3.2, SmolLM2, Qwen2.5 as converted by llama.cpp)");
   }
-  auto linear = f.get_float(a + "rope.scale_linear");
-  if (linear.ok() && *linear != 1.0) {
-    return invalid_argument(unsupported + "'" + a + "rope.scale_linear' = " + std::to_string(*linear) + fix);
-  }
+  if (!(k > 0.0)) return invalid_argument(f.path() + ": rope scaling factor must be > 0, got " + std::to_string(k));
+  c.rope_freq_scale = 1.0f / static_cast<float>(k);  // as llama.cpp: a float reciprocal
   return ok_status();
 }
 
@@ -77,7 +81,7 @@ StatusOr<ModelConfig> model_config_from_gguf(const GgufFile& f) {
     if (!(base > 1.0)) return invalid_argument(f.path() + ": rope.freq_base must be > 1");
     c.rope_freq_base = static_cast<float>(base);
   }
-  HELIOS_RETURN_IF_ERROR(check_no_rope_scaling(f, a));
+  HELIOS_RETURN_IF_ERROR(read_rope_scaling(f, a, c));
   if (f.find(a + "attention.layer_norm_rms_epsilon")) {
     HELIOS_ASSIGN_OR_RETURN(double eps, f.get_float(a + "attention.layer_norm_rms_epsilon"));
     if (!(eps > 0 && eps < 1)) return invalid_argument(f.path() + ": layer_norm_rms_epsilon must be in (0, 1)");

@@ -37,16 +37,20 @@ TEST(GpuParity, RopeMatchesTheCpuTwin) {
     std::vector<float> factors(c.n_rot / 2);
     for (int32_t i = 0; i < c.n_rot / 2; ++i) factors[i] = 1.0f + 7.0f * i / std::max(1, c.n_rot / 2 - 1);
     DeviceArray<float> d_factors(factors);
+    // And linear scaling (every angle times 1/4), alone and after the divisors.
     for (const bool scaled : {false, true}) {
-      auto xc = x;
-      DeviceArray<float> d_x(xc);
-      ASSERT_EQ(kernels::launch_rope(d_x.get(), d_pos.get(), n, c.n_heads, c.head_dim, c.n_rot, c.base,
-                                     scaled ? d_factors.get() : nullptr, c.interleaved, nullptr), 0);
-      kernels::ref_rope(xc.data(), positions.data(), n, c.n_heads, c.head_dim, c.n_rot, c.base,
-                        scaled ? factors.data() : nullptr, c.interleaved);
-      EXPECT_TRUE(all_near(d_x.to_host(), xc, 2e-6f, 2e-6f))
-          << "heads " << c.n_heads << " head_dim " << c.head_dim << " n_rot " << c.n_rot
-          << (c.interleaved ? " interleaved" : " half-split") << (scaled ? ", frequency factors" : "");
+      for (const float freq_scale : {1.0f, 0.25f}) {
+        auto xc = x;
+        DeviceArray<float> d_x(xc);
+        ASSERT_EQ(kernels::launch_rope(d_x.get(), d_pos.get(), n, c.n_heads, c.head_dim, c.n_rot, c.base, freq_scale,
+                                       scaled ? d_factors.get() : nullptr, c.interleaved, nullptr), 0);
+        kernels::ref_rope(xc.data(), positions.data(), n, c.n_heads, c.head_dim, c.n_rot, c.base, freq_scale,
+                          scaled ? factors.data() : nullptr, c.interleaved);
+        EXPECT_TRUE(all_near(d_x.to_host(), xc, 2e-6f, 2e-6f))
+            << "heads " << c.n_heads << " head_dim " << c.head_dim << " n_rot " << c.n_rot
+            << (c.interleaved ? " interleaved" : " half-split") << (scaled ? ", frequency factors" : "")
+            << ", freq_scale " << freq_scale;
+      }
     }
   }
 }

@@ -89,8 +89,10 @@ class CpuBackend final : public Backend {
     });
   }
   void rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads,
-            int32_t head_dim, int32_t n_rot, float freq_base, const float* freq_factors, bool interleaved) override {
-    kernels::ref_rope(x, positions, n_tokens, n_heads, head_dim, n_rot, freq_base, freq_factors, interleaved);
+            int32_t head_dim, int32_t n_rot, float freq_base, float freq_scale, const float* freq_factors,
+            bool interleaved) override {
+    kernels::ref_rope(x, positions, n_tokens, n_heads, head_dim, n_rot, freq_base, freq_scale, freq_factors,
+                      interleaved);
   }
   void kv_write(const float* k, const float* v, const int32_t* slots, int32_t n_tokens,
                 const kernels::PagedKV& cache) override {

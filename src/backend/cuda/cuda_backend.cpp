@@ -154,7 +154,8 @@ class CudaBackend final : public Backend {
                float* out) override;
   void matmul(const float* x, const WeightMatrix& w, int32_t n_rows, float* y) override;
   void rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads,
-            int32_t head_dim, int32_t n_rot, float freq_base, const float* freq_factors, bool interleaved) override;
+            int32_t head_dim, int32_t n_rot, float freq_base, float freq_scale, const float* freq_factors,
+            bool interleaved) override;
   void kv_write(const float* k, const float* v, const int32_t* slots, int32_t n_tokens,
                 const kernels::PagedKV& cache) override;
   void paged_attention(const float* q, const kernels::PagedKV& cache,
@@ -653,18 +654,18 @@ void CudaBackend::matmul(const float* x, const WeightMatrix& w, int32_t n_rows, 
 }
 
 void CudaBackend::rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads,
-                       int32_t head_dim, int32_t n_rot, float freq_base, const float* freq_factors,
-                       bool interleaved) {
+                       int32_t head_dim, int32_t n_rot, float freq_base, float freq_scale,
+                       const float* freq_factors, bool interleaved) {
   bind();
   trim_staged();
   const int32_t* d_pos = stage(positions, n_tokens);
   if (!d_pos) return;
   launch("rope", [](CudaBackend& b, float* x, const int32_t* pos, int32_t n_tokens, int32_t n_heads, int32_t head_dim,
-                    int32_t n_rot, float freq_base, const float* freq_factors, bool interleaved) {
-    b.ok_launch(kernels::launch_rope(x, pos, n_tokens, n_heads, head_dim, n_rot, freq_base, freq_factors, interleaved,
-                                     b.stream_),
+                    int32_t n_rot, float freq_base, float freq_scale, const float* freq_factors, bool interleaved) {
+    b.ok_launch(kernels::launch_rope(x, pos, n_tokens, n_heads, head_dim, n_rot, freq_base, freq_scale, freq_factors,
+                                     interleaved, b.stream_),
                 "launch_rope");
-  }, x, d_pos, n_tokens, n_heads, head_dim, n_rot, freq_base, freq_factors, interleaved);
+  }, x, d_pos, n_tokens, n_heads, head_dim, n_rot, freq_base, freq_scale, freq_factors, interleaved);
 }
 
 void CudaBackend::kv_write(const float* k, const float* v, const int32_t* slots, int32_t n_tokens,

@@ -76,7 +76,7 @@ std::vector<float> dense_logits(const std::string& path, const std::vector<Token
   auto rope = [&](std::vector<float>& v, int n_heads, int pos) {
     for (int h = 0; h < n_heads; ++h)
       for (int i = 0; i < c.n_rot / 2; ++i) {
-        const double theta = pos * std::pow(c.rope_freq_base, -2.0 * i / c.n_rot) / factors[i];
+        const double theta = pos * std::pow(c.rope_freq_base, -2.0 * i / c.n_rot) / factors[i] * c.rope_freq_scale;
         const int a = c.rope_layout == RopeLayout::kInterleaved ? 2 * i : i;
         const int b = c.rope_layout == RopeLayout::kInterleaved ? 2 * i + 1 : i + c.n_rot / 2;
         float* x = v.data() + h * c.head_dim;
@@ -511,6 +511,32 @@ TEST(Forward, RopeFrequencyFactorsDivideEachPairsAngle) {
   }
 }
 
+// Linear rope scaling: every angle times 1 / factor, from rope.scaling.factor or the older
+// rope.scale_linear; the pass matches the dense reference with the scaled angles.
+TEST(Forward, LinearRopeScalingDividesEveryAngle) {
+  const std::string base = synthetic_model("rope-linear-base", false, 2, true);
+  const std::vector<TokenId> tokens = {1, 17, 250, 3, 99, 42, 7, 180, 5, 64, 12, 200};
+  for (const bool older_key : {false, true}) {
+    SCOPED_TRACE(older_key ? "rope.scale_linear" : "rope.scaling.type = linear");
+    const std::string scaled = with_extra(base, "rope-linear-" + std::to_string(older_key), [&](GgufWriter& w) {
+      if (older_key) {
+        w.set_float32("llama.rope.scale_linear", 4.0f);
+      } else {
+        w.set_string("llama.rope.scaling.type", "linear");
+        w.set_float32("llama.rope.scaling.factor", 4.0f);
+      }
+    });
+    auto file = GgufFile::open(scaled);
+    ASSERT_TRUE(file.ok());
+    auto config = model_config_from_gguf(**file);
+    ASSERT_TRUE(config.ok()) << config.status().to_string();
+    EXPECT_EQ(config->rope_freq_scale, 0.25f);
+    Fixture f(scaled);
+    BlockTable table;
+    expect_close(f.run(tokens, table, {tokens.size()}), dense_logits(scaled, tokens), 2e-4f);
+  }
+}
+
 TEST(ModelLoad, RefusesRopeScalingItWouldIgnore) {
   const std::string base = synthetic_model("rope-scaling-base", false, 2, true);
   auto backend = make_cpu_backend(1);
@@ -518,15 +544,18 @@ TEST(ModelLoad, RefusesRopeScalingItWouldIgnore) {
     auto m = Model::load(path, *backend);
     ASSERT_FALSE(m.ok()) << path;
     EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(m.status().message().find("rope scaling is not supported"), std::string::npos) << m.status().message();
+    EXPECT_NE(m.status().message().find("is not supported yet; supported: linear"), std::string::npos)
+        << m.status().message();
     EXPECT_NE(m.status().message().find(named), std::string::npos) << m.status().message();
   };
   refused(with_extra(base, "rope-yarn", [](GgufWriter& w) {
     w.set_string("llama.rope.scaling.type", "yarn");
     w.set_float32("llama.rope.scaling.factor", 4.0f);
   }), "yarn");
-  refused(with_extra(base, "rope-linear", [](GgufWriter& w) { w.set_float32("llama.rope.scale_linear", 2.0f); }),
-          "scale_linear");
+  refused(with_extra(base, "rope-longrope", [](GgufWriter& w) {
+    w.set_string("llama.rope.scaling.type", "longrope");
+    w.set_float32("llama.rope.scale_linear", 2.0f);
+  }), "longrope");
   // Scaling by 1 (or naming no scaling) changes nothing: such files load.
   for (const std::string& path :
        {with_extra(base, "rope-linear-1", [](GgufWriter& w) {
