@@ -3,9 +3,9 @@
 
 Writes tests/golden/data/rope_scaling.json: the logits llama.cpp gives for every position of a
 fixed token sequence on three seeded synthetic models that `helios make-synthetic` writes (F32
-weights, rope base 500000, 4 heads of 16): plain, with --llama3-rope, and with --rope-linear 4. The models are
-not stored: tests/golden/rope_scaling_test.cpp writes the same files through make_synthetic_model
-with the spec recorded here and compares Helios's logits with these.
+weights, rope base 500000, 4 heads of 16): plain, with --llama3-rope, and with --rope-linear 4.
+The models are not stored: tests/golden/rope_scaling_test.cpp writes the same files through
+make_synthetic_model with the spec recorded here and compares Helios's logits with these.
 
 llama.cpp runs with F32 K/V caches and without flash attention, so the only differences left are
 the order of float sums. Run by hand after a build (never in CI):

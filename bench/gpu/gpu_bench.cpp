@@ -79,30 +79,27 @@ struct Args {
   double bandwidth_gbs = 4800;
 };
 
-std::vector<int> parse_list(const std::string& s) {
-  std::vector<int> v;
+// The comma-separated items of s; an empty one is an error saying the list should hold `what`.
+std::vector<std::string> parse_words(const std::string& s, const char* what = "names") {
+  std::vector<std::string> v;
   size_t pos = 0;
   while (pos <= s.size()) {
     const size_t comma = s.find(',', pos);
-    const std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    const int x = std::atoi(item.c_str());
-    if (x <= 0) die("bad list '" + s + "': expected positive integers separated by commas");
-    v.push_back(x);
+    v.push_back(s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+    if (v.back().empty()) die("bad list '" + s + "': expected " + what + " separated by commas");
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
   return v;
 }
 
-std::vector<std::string> parse_words(const std::string& s) {
-  std::vector<std::string> v;
-  size_t pos = 0;
-  while (pos <= s.size()) {
-    const size_t comma = s.find(',', pos);
-    v.push_back(s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
-    if (v.back().empty()) die("bad list '" + s + "': expected names separated by commas");
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
+std::vector<int> parse_list(const std::string& s) {
+  constexpr const char* kWhat = "positive integers";
+  std::vector<int> v;
+  for (const std::string& item : parse_words(s, kWhat)) {
+    const int x = std::atoi(item.c_str());
+    if (x <= 0) die("bad list '" + s + "': expected " + kWhat + " separated by commas");
+    v.push_back(x);
   }
   return v;
 }

@@ -6,8 +6,9 @@
 // file's; for more rows the weights are dequantized to f16 a slice
 // at a time for cuBLAS (launch_dequantize_f16). Q4_K and Q5_K units are read with 16-byte loads
 // when the weights' rows are 16-byte aligned (their blocks are 144 and 176 bytes); everything
-// else two bytes at a time (every block is 2-byte aligned). The decoders are host-callable too: decode_quant_unit runs them on the CPU, so a test
-// checks their bits against the host's dequantize_row on machines without a GPU.
+// else two bytes at a time (every block is 2-byte aligned). The decoders are host-callable too:
+// decode_quant_unit runs them on the CPU, so a test checks their bits against the host's
+// dequantize_row on machines without a GPU.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -120,7 +121,8 @@ struct Quant<kWeightQ4_1> {
 HD uint32_t high_bits(const uint8_t* qh) {
   uint8_t b[4];
   load_pairs(qh, b);
-  return b[0] | static_cast<uint32_t>(b[1]) << 8 | static_cast<uint32_t>(b[2]) << 16 | static_cast<uint32_t>(b[3]) << 24;
+  return b[0] | static_cast<uint32_t>(b[1]) << 8 | static_cast<uint32_t>(b[2]) << 16 |
+         static_cast<uint32_t>(b[3]) << 24;
 }
 
 template <>

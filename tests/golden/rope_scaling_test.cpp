@@ -1,9 +1,9 @@
 // Rope scaling against llama.cpp: the logits of every position of a token sequence on three
 // seeded synthetic models, plain, with Llama 3.1's rope_freqs.weight and with linear scaling by 4,
-// as llama.cpp gives them (tests/golden/data/rope_scaling.json, scripts/make_rope_goldens.py). The models are written
-// here from the spec the golden records, the same files the script had llama.cpp read.
-// Tolerance: 2e-5 absolute on logits of magnitude about 1 (seen: 3e-6; F32 weights and K/V on both sides;
-// float sums in another order).
+// as llama.cpp gives them (tests/golden/data/rope_scaling.json, scripts/make_rope_goldens.py).
+// The models are written here from the spec the golden records, the same files the script had
+// llama.cpp read. Tolerance: 2e-5 absolute on logits of magnitude about 1 (seen: 3e-6; F32
+// weights and K/V on both sides; float sums in another order).
 #include <gtest/gtest.h>
 
 #include <cmath>
