@@ -45,13 +45,33 @@ void ref_rmsnorm(const float* x, const float* weight, int32_t n_rows, int32_t di
 void ref_embedding(const int32_t* tokens, int32_t n_tokens, const float* table, int32_t dim,
                    float* out);
 
-// Rotates the first n_rot dims of each head in place. x: [n_tokens, n_heads, head_dim].
-// interleaved: pairs (2i, 2i+1); otherwise pairs (i, i + n_rot/2). Pair i turns by
-// pos · base^(-2i/n_rot), divided by freq_factors[i] when given ([n_rot/2]: Llama 3's scaling,
-// the file's rope_freqs.weight), then times freq_scale (linear scaling: 1 / its factor), in
-// llama.cpp's order.
+// How RoPE turns the pairs of a head, in llama.cpp's order. Pair i's angle is
+// pos · freq_base^(-2i/n_rot), divided by freq_factors[i] when given (Llama 3's rope_freqs.weight),
+// then scaled by freq_scale (linear and YaRN scaling: 1 / the file's factor). YaRN (ext_factor > 0)
+// mixes the scaled angle with the unscaled one: pairs up to corr_low keep the unscaled angle,
+// pairs from corr_high on take the scaled one, with a linear ramp between, weighted by ext_factor.
+// cos and sin are then multiplied by mscale (YaRN's attention temperature times the file's
+// rope.scaling.attn_factor; 1 otherwise).
+struct RopeParams {
+  int32_t n_rot = 0;                    // rotated dims per head, even, <= head_dim
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;
+  const float* freq_factors = nullptr;  // [n_rot/2] in the rotating backend's memory, or null
+  bool interleaved = true;              // pairs (2i, 2i+1); otherwise (i, i + n_rot/2)
+  float ext_factor = 0.0f;              // YaRN's mix; 0: none
+  float corr_low = 0.0f, corr_high = 0.0f;
+  float mscale = 1.0f;
+};
+
+// YaRN's correction range for a model (llama.cpp's ggml_rope_yarn_corr_dims): the pairs whose
+// wavelength spans fewer than beta_fast rotations over the original context keep their angle, those
+// with more than beta_slow take the scaled one. Writes rope.corr_low and rope.corr_high.
+void yarn_correction_range(int32_t n_ctx_orig, float beta_fast, float beta_slow, RopeParams& rope);
+
+// Rotates the first n_rot dims of each head in place, as RopeParams says.
+// x: [n_tokens, n_heads, head_dim]; positions: [n_tokens].
 void ref_rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads, int32_t head_dim,
-              int32_t n_rot, float freq_base, float freq_scale, const float* freq_factors, bool interleaved);
+              const RopeParams& rope);
 
 // Writes each token's K and V into its cache slot, converted to the cache's type.
 // k, v: [n_tokens, n_kv_heads, head_dim]; slots: [n_tokens]
@@ -229,8 +249,7 @@ int launch_embedding(const int32_t* tokens, int32_t n_tokens, const float* table
 int launch_add_rmsnorm(float* x, const float* y, const float* weight, int32_t n_rows, int32_t dim,
                        float eps, float* out, void* stream);
 int launch_rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads,
-                int32_t head_dim, int32_t n_rot, float freq_base, float freq_scale, const float* freq_factors,
-                bool interleaved, void* stream);
+                int32_t head_dim, const RopeParams& rope, void* stream);
 int launch_kv_write(const float* k, const float* v, const int32_t* slots, int32_t n_tokens,
                     const PagedKV& cache, void* stream);
 

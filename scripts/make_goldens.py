@@ -91,7 +91,8 @@ def write_json(path, obj):
     print(f"wrote {path} ({os.path.getsize(path)} bytes)")
 
 
-def make_llama(model_path):
+def make_llama(model_path, **extra):
+    """llama.cpp on model_path with the goldens' settings; extra: more Llama() arguments."""
     import llama_cpp
     from llama_cpp import Llama
 
@@ -123,7 +124,7 @@ def make_llama(model_path):
     for k in ("use_mmap",):
         if k in params:
             settings[k] = params[k].default
-    llm = Llama(**kw)
+    llm = Llama(**kw, **extra)
     settings["backend"] = "CPU"
     settings["rope_freq_base"] = "from model (100000)"
     try:

@@ -74,10 +74,9 @@ class Backend {
                        float eps, float* out) = 0;
   // y[r] = W x[r].  x: [n_rows, w.n_in]; y: [n_rows, w.n_out]
   virtual void matmul(const float* x, const WeightMatrix& w, int32_t n_rows, float* y) = 0;
-  // freq_factors: backend memory [n_rot/2], or null (see kernels::ref_rope).
+  // rope.freq_factors: backend memory [n_rot/2], or null (see kernels::RopeParams).
   virtual void rope(float* x, const int32_t* host_positions, int32_t n_tokens, int32_t n_heads,
-                    int32_t head_dim, int32_t n_rot, float freq_base, float freq_scale,
-                    const float* freq_factors, bool interleaved) = 0;
+                    int32_t head_dim, const kernels::RopeParams& rope) = 0;
   virtual void kv_write(const float* k, const float* v, const int32_t* host_slots,
                         int32_t n_tokens, const kernels::PagedKV& cache) = 0;
   virtual void paged_attention(const float* q, const kernels::PagedKV& cache,

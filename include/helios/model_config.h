@@ -29,7 +29,12 @@ struct ModelConfig {
   int32_t n_ctx_train = 0;   // context length the model was trained for
   int32_t n_rot = 0;         // rotary dimensions per head (≤ head_dim)
   float rope_freq_base = 10000.0f;
-  float rope_freq_scale = 1.0f;  // linear rope scaling: every angle times this (1 / the file's factor)
+  float rope_freq_scale = 1.0f;  // linear and YaRN scaling: angles times this (1 / the file's factor)
+  // YaRN (kernels::RopeParams): how much of the unscaled angle pairs keep, ramping from all of it at
+  // pair rope_yarn_low to none at rope_yarn_high; 0: no YaRN.
+  float rope_yarn_ext_factor = 0.0f;
+  float rope_yarn_low = 0.0f, rope_yarn_high = 0.0f;
+  float rope_mscale = 1.0f;  // cos and sin times this: YaRN's temperature × rope.scaling.attn_factor
   RopeLayout rope_layout = RopeLayout::kInterleaved;
   float rms_eps = 1e-5f;
   bool tied_output = false;  // LM head shares the token embedding

@@ -33,7 +33,13 @@ struct SyntheticModelSpec {
   // rope_freqs.weight: Llama 3.1's rope scaling for this shape (factor 8, low and high frequency
   // factors 1 and 4, original context 8192), as llama.cpp's converter writes it.
   bool llama3_rope = false;
-  float rope_linear_factor = 0.0f;  // > 1: rope.scaling.type = linear with this factor
+  // Rope scaling as llama.cpp's converter writes it: rope.scaling.type (linear or yarn) with
+  // rope.scaling.factor when the factor is > 1; YaRN's rope.scaling.original_context_length, and
+  // rope.scaling.attn_factor, when > 0.
+  std::string rope_scaling = "linear";
+  float rope_scaling_factor = 0.0f;
+  int32_t rope_original_ctx = 0;
+  float rope_attn_factor = 0.0f;
   uint64_t seed = 1;
   std::string name = "synthetic";
 

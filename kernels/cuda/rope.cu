@@ -10,19 +10,25 @@ namespace helios::kernels {
 namespace {
 
 __global__ void rope_kernel(float* x, const int32_t* positions, int32_t n_heads, int32_t head_dim,
-                            int32_t n_rot, float theta_scale, float freq_scale, const float* freq_factors,
-                            bool interleaved) {
+                            float theta_scale, RopeParams r) {
   const int32_t t = blockIdx.x;
-  const int32_t half = n_rot / 2;
+  const int32_t half = r.n_rot / 2;
   for (int32_t i = threadIdx.x; i < half; i += blockDim.x) {
     float theta = static_cast<float>(positions[t]);
     for (int32_t j = 0; j < i; ++j) theta *= theta_scale;
-    if (freq_factors) theta /= freq_factors[i];  // Llama 3's scaling, then linear: as ref_rope
-    theta *= freq_scale;
+    const float unscaled = r.freq_factors ? theta / r.freq_factors[i] : theta;  // Llama 3's, then scaled
+    float angle = unscaled * r.freq_scale;
+    if (r.ext_factor != 0.0f) {  // YaRN's mix, rounded op by op (no fused multiply-add) as on the host
+      const float y = (static_cast<float>(i) - r.corr_low) / fmaxf(0.001f, r.corr_high - r.corr_low);
+      const float mix = __fmul_rn(1.0f - fminf(1.0f, fmaxf(0.0f, y)), r.ext_factor);
+      angle = __fadd_rn(__fmul_rn(angle, 1.0f - mix), __fmul_rn(unscaled, mix));
+    }
     float s, c;
-    sincosf(theta, &s, &c);
-    const int32_t a = interleaved ? 2 * i : i;
-    const int32_t b = interleaved ? 2 * i + 1 : i + half;
+    sincosf(angle, &s, &c);
+    c *= r.mscale;
+    s *= r.mscale;
+    const int32_t a = r.interleaved ? 2 * i : i;
+    const int32_t b = r.interleaved ? 2 * i + 1 : i + half;
     for (int32_t h = 0; h < n_heads; ++h) {
       float* v = x + (static_cast<int64_t>(t) * n_heads + h) * head_dim;
       const float x0 = v[a], x1 = v[b];
@@ -35,14 +41,12 @@ __global__ void rope_kernel(float* x, const int32_t* positions, int32_t n_heads,
 }  // namespace
 
 int launch_rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads,
-                int32_t head_dim, int32_t n_rot, float freq_base, float freq_scale, const float* freq_factors,
-                bool interleaved, void* stream) {
-  if (n_tokens <= 0 || n_rot < 2) return 0;
-  const float theta_scale = std::pow(freq_base, -2.0f / n_rot);
-  const int threads = n_rot / 2 < 128 ? ((n_rot / 2 + 31) / 32) * 32 : 128;
-  rope_kernel<<<n_tokens, threads, 0, cuda::as_stream(stream)>>>(x, positions, n_heads, head_dim,
-                                                                 n_rot, theta_scale, freq_scale, freq_factors,
-                                                                 interleaved);
+                int32_t head_dim, const RopeParams& rope, void* stream) {
+  if (n_tokens <= 0 || rope.n_rot < 2) return 0;
+  const float theta_scale = std::pow(rope.freq_base, -2.0f / rope.n_rot);
+  const int half = rope.n_rot / 2;
+  const int threads = half < 128 ? ((half + 31) / 32) * 32 : 128;
+  rope_kernel<<<n_tokens, threads, 0, cuda::as_stream(stream)>>>(x, positions, n_heads, head_dim, theta_scale, rope);
   return cuda::launch_status();
 }
 

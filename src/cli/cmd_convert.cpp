@@ -58,6 +58,9 @@ int cmd_make_synthetic(int argc, char** argv) {
       .option("rope-base", "F", "RoPE frequency base (preset's: 10000, or 500000 for 1b and 8b)")
       .option("llama3-rope", "", "write rope_freqs.weight: Llama 3.1's rope scaling for this shape")
       .option("rope-linear", "F", "linear rope scaling by factor F (rope.scaling.type = linear)")
+      .option("rope-yarn", "F", "YaRN rope scaling by factor F (rope.scaling.type = yarn)")
+      .option("rope-original-ctx", "N", "the context YaRN extends (rope.scaling.original_context_length)")
+      .option("rope-attn-factor", "F", "cos and sin of every angle times F (rope.scaling.attn_factor)")
       .example("helios make-synthetic --preset 1b --type Q8_0 --out models/synthetic-1b.gguf");
   if (Status s = args.parse(argc, argv); !s.ok()) return usage_error("make-synthetic", s.message());
   if (args.help_requested()) {
@@ -101,10 +104,22 @@ int cmd_make_synthetic(int argc, char** argv) {
     spec.tied_output = !args.has("untied");
     spec.rope_halves = args.has("rope-halves");
     spec.llama3_rope = args.has("llama3-rope");
-    if (args.has("rope-linear")) {
-      HELIOS_ASSIGN_OR_RETURN(double factor, args.number("rope-linear"));
-      if (!(factor >= 1.0)) return invalid_argument("--rope-linear must be >= 1, got " + args.str("rope-linear"));
-      spec.rope_linear_factor = static_cast<float>(factor);
+    if (args.has("rope-linear") && args.has("rope-yarn")) {
+      return invalid_argument("--rope-linear and --rope-yarn exclude each other: a model has one rope scaling");
+    }
+    for (const char* kind : {"linear", "yarn"}) {
+      const std::string option = std::string("rope-") + kind;
+      if (!args.has(option)) continue;
+      HELIOS_ASSIGN_OR_RETURN(double factor, args.number(option));
+      if (!(factor >= 1.0)) return invalid_argument("--" + option + " must be >= 1, got " + args.str(option));
+      spec.rope_scaling = kind;
+      spec.rope_scaling_factor = static_cast<float>(factor);
+    }
+    HELIOS_RETURN_IF_ERROR(override_int("rope-original-ctx", &spec.rope_original_ctx));
+    if (args.has("rope-attn-factor")) {
+      HELIOS_ASSIGN_OR_RETURN(double attn, args.number("rope-attn-factor"));
+      if (!(attn > 0.0)) return invalid_argument("--rope-attn-factor must be > 0, got " + args.str("rope-attn-factor"));
+      spec.rope_attn_factor = static_cast<float>(attn);
     }
     if (args.has("rope-base")) {
       HELIOS_ASSIGN_OR_RETURN(double base, args.number("rope-base"));

@@ -53,6 +53,10 @@ Status SyntheticModelSpec::validate() const {
   if (n_embd % n_head != 0) return invalid_argument("embedding size must be a multiple of heads");
   if (n_head % n_head_kv != 0) return invalid_argument("heads must be a multiple of kv heads");
   if ((n_embd / n_head) % 2 != 0) return invalid_argument("head size (embedding / heads) must be even");
+  if (rope_scaling != "linear" && rope_scaling != "yarn") {
+    return invalid_argument("rope scaling '" + rope_scaling + "' (valid: linear, yarn)");
+  }
+  if (rope_original_ctx < 0) return invalid_argument("the rope's original context must be > 0");
   auto traits = tensor_type_traits(static_cast<uint32_t>(type));
   if (!traits || !traits->can_dequantize) return invalid_argument("unsupported tensor type");
   if (q4_k_m && type != TensorType::kQ4_K) return invalid_argument("the Q4_K_M mix is for type Q4_K");
@@ -84,10 +88,12 @@ Status make_synthetic_model(const SyntheticModelSpec& s, const std::string& out_
   w.set_uint32("llama.attention.head_count_kv", s.n_head_kv);
   w.set_uint32("llama.rope.dimension_count", s.n_embd / s.n_head);
   w.set_float32("llama.rope.freq_base", s.rope_freq_base);
-  if (s.rope_linear_factor > 0.0f) {
-    w.set_string("llama.rope.scaling.type", "linear");
-    w.set_float32("llama.rope.scaling.factor", s.rope_linear_factor);
+  if (s.rope_scaling_factor > 1.0f) {
+    w.set_string("llama.rope.scaling.type", s.rope_scaling);
+    w.set_float32("llama.rope.scaling.factor", s.rope_scaling_factor);
   }
+  if (s.rope_original_ctx > 0) w.set_uint32("llama.rope.scaling.original_context_length", s.rope_original_ctx);
+  if (s.rope_attn_factor > 0.0f) w.set_float32("llama.rope.scaling.attn_factor", s.rope_attn_factor);
   w.set_float32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
   if (s.rope_halves) w.set_string("helios.rope.layout", "halves");
 

@@ -20,6 +20,21 @@ namespace helios {
 
 constexpr size_t kBlockTableStep = 16;  // blocks: 256 tokens at the default block size
 
+// The model's rotation, with Llama 3's per-pair divisors where the file has them (backend memory).
+static kernels::RopeParams rope_params(const ModelConfig& c, const float* freq_factors) {
+  kernels::RopeParams r;
+  r.n_rot = c.n_rot;
+  r.freq_base = c.rope_freq_base;
+  r.freq_scale = c.rope_freq_scale;
+  r.freq_factors = freq_factors;
+  r.interleaved = c.rope_layout == RopeLayout::kInterleaved;
+  r.ext_factor = c.rope_yarn_ext_factor;
+  r.corr_low = c.rope_yarn_low;
+  r.corr_high = c.rope_yarn_high;
+  r.mscale = c.rope_mscale;
+  return r;
+}
+
 // Activation buffers, grown to the largest batch seen so far (backend memory), plus the host
 // arrays that describe the batch to the kernels.
 struct Model::Workspace {
@@ -391,7 +406,6 @@ void Model::run_block(Pass& p, int32_t l) {
   const int32_t nk = na + nf;
   float* xb_fill = ws.xb.data() + static_cast<int64_t>(na) * c.n_embd;
   const float attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  const bool interleaved = c.rope_layout == RopeLayout::kInterleaved;
 
   // attention: norm → q, k, v → rope → cache → paged attention → output projection → residual.
   // Exited tokens join the K/V projection only: their K/V for this layer comes from h_exit.
@@ -403,13 +417,9 @@ void Model::run_block(Pass& p, int32_t l) {
   add_bias(be, w.bq, ws.q.data(), na, c.q_dim());  // qwen2; no-ops without biases
   add_bias(be, w.bk, ws.k.data(), nk, c.kv_dim());
   add_bias(be, w.bv, ws.v.data(), nk, c.kv_dim());
-  const float* factors = weights_.rope_freqs.empty() ? nullptr : weights_.rope_freqs.data();
-  if (na > 0) {
-    be.rope(ws.q.data(), p.a_pos.data(), na, c.n_head, c.head_dim, c.n_rot, c.rope_freq_base, c.rope_freq_scale, factors,
-            interleaved);
-  }
-  be.rope(ws.k.data(), p.kv_pos.data(), nk, c.n_head_kv, c.head_dim, c.n_rot, c.rope_freq_base, c.rope_freq_scale,
-          factors, interleaved);
+  const kernels::RopeParams rope = rope_params(c, weights_.rope_freqs.empty() ? nullptr : weights_.rope_freqs.data());
+  if (na > 0) be.rope(ws.q.data(), p.a_pos.data(), na, c.n_head, c.head_dim, rope);
+  be.rope(ws.k.data(), p.kv_pos.data(), nk, c.n_head_kv, c.head_dim, rope);
   be.kv_write(ws.k.data(), ws.v.data(), p.kv_slot.data(), nk, cache);
   p.result.layer_rows += na;
   p.result.fill_rows += nf;

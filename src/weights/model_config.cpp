@@ -1,8 +1,10 @@
 // GGUF metadata → ModelConfig.
+#include <cmath>
 #include <string>
 
 #include "helios/gguf.h"
 #include "helios/model_config.h"
+#include "kernels/kernels.h"
 
 namespace helios {
 namespace {
@@ -17,13 +19,21 @@ StatusOr<int32_t> get_positive(const GgufFile& f, const std::string& key, int64_
   return static_cast<int32_t>(*v);
 }
 
-// The rope scaling a file asks for, as llama.cpp reads it: the factor from rope.scaling.factor
-// (else the older rope.scale_linear), 0 or 1 meaning none. Linear scaling multiplies every angle
-// by 1 / factor (rope_freq_scale). Other kinds (YaRN, LongRoPE) change the rotation in ways not
-// implemented: such a file would give other logits than its model was trained to, so it is
-// refused rather than run without them. (Llama 3's per-pair divisors, the tensor
-// rope_freqs.weight, are applied too: ModelWeights::rope_freqs.)
+// The rope scaling a file asks for, as llama.cpp reads it for `llama` and `qwen2` files: the kind
+// from rope.scaling.type (linear when absent), the factor from rope.scaling.factor (else the older
+// rope.scale_linear), 0 or 1 meaning none, and rope.scaling.attn_factor, which multiplies cos and
+// sin whatever the kind. Linear scaling multiplies every angle by 1 / factor (rope_freq_scale).
+// YaRN does so for the low-frequency pairs only, ramping to the unscaled angle over the pairs its
+// correction range (from rope.scaling.original_context_length) names, and raises cos and sin by
+// 1 + 0.1 ln(factor). LongRoPE is not implemented: such a file would give other logits than its model
+// was trained to, so it is refused rather than run without it. (Llama 3's per-pair divisors, the
+// tensor rope_freqs.weight, are applied too: ModelWeights::rope_freqs.)
 Status read_rope_scaling(const GgufFile& f, const std::string& a, ModelConfig& c) {
+  if (f.find(a + "rope.scaling.attn_factor")) {
+    HELIOS_ASSIGN_OR_RETURN(double attn, f.get_float(a + "rope.scaling.attn_factor"));
+    if (!(attn > 0.0)) return invalid_argument(f.path() + ": rope.scaling.attn_factor must be > 0");
+    c.rope_mscale = static_cast<float>(attn);
+  }
   auto type = f.get_string(a + "rope.scaling.type");
   auto factor = f.get_float(a + "rope.scaling.factor");
   if (!factor.ok()) factor = f.get_float(a + "rope.scale_linear");
@@ -31,13 +41,31 @@ Status read_rope_scaling(const GgufFile& f, const std::string& a, ModelConfig& c
   if (k == 0.0 || k == 1.0) return ok_status();  // scales nothing, whatever the kind
   const std::string kind = type.ok() ? *type : "linear";  // rope.scale_linear alone is linear
   if (kind == "none") return ok_status();
-  if (kind != "linear") {
+  if (kind != "linear" && kind != "yarn") {
     return invalid_argument(f.path() + ": rope scaling '" + kind + "' (factor " + std::to_string(k) +
-                            ") is not supported yet; supported: linear, and Llama 3's rope_freqs. Use a model "
-                            "without it (Llama 2/3/3.1/3.2, SmolLM2, Qwen2.5 as converted by llama.cpp)");
+                            ") is not supported yet; supported: linear, yarn, and Llama 3's rope_freqs. Use a "
+                            "model without it (Llama 2/3/3.1/3.2, SmolLM2, Qwen2.5 as converted by llama.cpp)");
   }
   if (!(k > 0.0)) return invalid_argument(f.path() + ": rope scaling factor must be > 0, got " + std::to_string(k));
   c.rope_freq_scale = 1.0f / static_cast<float>(k);  // as llama.cpp: a float reciprocal
+  if (kind == "linear") return ok_status();
+
+  // YaRN with llama.cpp's defaults for these architectures: full mix, beta_fast 32, beta_slow 1.
+  int32_t n_ctx_orig = c.n_ctx_train;
+  if (f.find(a + "rope.scaling.original_context_length")) {
+    HELIOS_ASSIGN_OR_RETURN(n_ctx_orig, get_positive(f, a + "rope.scaling.original_context_length", 1 << 24));
+  }
+  kernels::RopeParams range{.n_rot = c.n_rot, .freq_base = c.rope_freq_base};
+  kernels::yarn_correction_range(n_ctx_orig, 32.0f, 1.0f, range);
+  c.rope_yarn_ext_factor = 1.0f;
+  c.rope_yarn_low = range.corr_low;
+  c.rope_yarn_high = range.corr_high;
+  // llama.cpp's temperature, in its float steps: (1 + 0.1 ln f) times its reciprocal (which the
+  // rope kernel's own factor then restores), times the kernel's 1 + 0.1 ln f.
+  const float f_scale = 1.0f / c.rope_freq_scale;
+  const float temperature = f_scale <= 1.0f ? 1.0f : 0.1f * std::log(f_scale) + 1.0f;
+  c.rope_mscale *= temperature * (1.0f / (1.0f + 0.1f * std::log(f_scale)));
+  c.rope_mscale *= 1.0f + 0.1f * std::log(1.0f / c.rope_freq_scale);
   return ok_status();
 }
 

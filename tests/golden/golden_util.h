@@ -62,6 +62,35 @@ inline double perplexity(const ForwardResult& r, const std::vector<TokenId>& tok
   return std::exp(nll / static_cast<double>(tokens.size() - 1));
 }
 
+// Logit goldens: llama.cpp's top five [[id, logit] x5] at each position of a prompt. Every listed
+// logit of r must be within `tolerance`, and wherever llama.cpp's top-1/top-2 margin is at least
+// `decisive`, r's argmax must be llama.cpp's choice.
+struct TopFiveCounts {
+  float worst = 0;     // the largest difference of a listed logit
+  int n_positions = 0;
+  int n_top1 = 0;      // positions whose argmax is llama.cpp's
+  int n_decisive = 0;  // positions whose llama.cpp margin is at least `decisive`
+};
+inline void check_top5(const ForwardResult& r, const nlohmann::json& top5_rows, float tolerance, float decisive,
+                       TopFiveCounts& n, const std::string& what) {
+  for (size_t pos = 0; pos < top5_rows.size(); ++pos) {
+    const auto& top5 = top5_rows[pos];
+    const float* row = r.row(pos);
+    for (const auto& pair : top5) {
+      const float diff = std::fabs(row[pair[0].get<int>()] - pair[1].get<float>());
+      n.worst = std::max(n.worst, diff);
+      EXPECT_LE(diff, tolerance) << what << ": position " << pos << " token " << pair[0];
+    }
+    ++n.n_positions;
+    const bool same_top1 = argmax(row, r.n_vocab) == top5[0][0].get<int>();
+    n.n_top1 += same_top1;
+    if (top5[0][1].get<float>() - top5[1][1].get<float>() >= decisive) {
+      ++n.n_decisive;
+      EXPECT_TRUE(same_top1) << what << ": position " << pos;
+    }
+  }
+}
+
 // Greedy goldens: cases of {prompt, prompt_ids, output_ids, top2_margins} from llama.cpp.
 struct GreedyCounts {
   int n_steps = 0;     // steps compared (teacher-forced) or generated (free-running)

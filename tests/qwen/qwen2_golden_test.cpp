@@ -207,30 +207,13 @@ TEST_P(QwenGolden, TopLogitsMatchAtEveryPosition) {
   Model* m = qwen(GetParam());
   ASSERT_NE(m, nullptr);
   const auto g = golden();
-  float worst = 0;
-  int n_positions = 0, n_top1 = 0, n_decisive = 0;
+  testing::TopFiveCounts n;
   for (const auto& c : g["logits"]) {
-    const auto prompt = ids(c["prompt_ids"]);
-    const ForwardResult r = all_logits(*m, prompt);
-    for (size_t pos = 0; pos < prompt.size(); ++pos) {
-      const auto& top5 = c["top5"][pos];
-      const float* row = r.row(pos);
-      for (const auto& pair : top5) {
-        const float diff = std::fabs(row[pair[0].get<int>()] - pair[1].get<float>());
-        worst = std::max(worst, diff);
-        EXPECT_LE(diff, kLogitTolerance) << "position " << pos << " token " << pair[0];
-      }
-      ++n_positions;
-      const bool same_top1 = argmax(row, r.n_vocab) == top5[0][0].get<int>();
-      n_top1 += same_top1;
-      if (top5[0][1].get<float>() - top5[1][1].get<float>() >= kDecisiveMargin) {
-        ++n_decisive;
-        EXPECT_TRUE(same_top1) << "position " << pos << " of " << nlohmann::json(c["text"]).dump();
-      }
-    }
+    const ForwardResult r = all_logits(*m, ids(c["prompt_ids"]));
+    testing::check_top5(r, c["top5"], kLogitTolerance, kDecisiveMargin, n, nlohmann::json(c["text"]).dump());
   }
   std::printf("%s logits: largest top-5 difference %.4f; top-1 equal at %d/%d positions (%d decisive)\n",
-              GetParam().name, worst, n_top1, n_positions, n_decisive);
+              GetParam().name, n.worst, n.n_top1, n.n_positions, n.n_decisive);
 }
 
 TEST_P(QwenGolden, PerplexityWithinHalfAPercent) {

@@ -88,11 +88,9 @@ class CpuBackend final : public Backend {
                                     static_cast<int32_t>(begin), static_cast<int32_t>(end), y);
     });
   }
-  void rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads,
-            int32_t head_dim, int32_t n_rot, float freq_base, float freq_scale, const float* freq_factors,
-            bool interleaved) override {
-    kernels::ref_rope(x, positions, n_tokens, n_heads, head_dim, n_rot, freq_base, freq_scale, freq_factors,
-                      interleaved);
+  void rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads, int32_t head_dim,
+            const kernels::RopeParams& rope) override {
+    kernels::ref_rope(x, positions, n_tokens, n_heads, head_dim, rope);
   }
   void kv_write(const float* k, const float* v, const int32_t* slots, int32_t n_tokens,
                 const kernels::PagedKV& cache) override {

@@ -102,6 +102,17 @@ void append_key(std::string& key, const kernels::AttentionPlan& p) {
   append_key(key, p.block_tables);
   append_key(key, p.max_blocks_per_seq);
 }
+void append_key(std::string& key, const kernels::RopeParams& r) {
+  append_key(key, r.n_rot);
+  append_key(key, r.freq_base);
+  append_key(key, r.freq_scale);
+  append_key(key, r.freq_factors);
+  append_key(key, r.interleaved);
+  append_key(key, r.ext_factor);
+  append_key(key, r.corr_low);
+  append_key(key, r.corr_high);
+  append_key(key, r.mscale);
+}
 void append_key(std::string& key, const kernels::AttentionTiles& t) {
   append_key(key, t.first);
   append_key(key, t.n_tiles);
@@ -153,9 +164,8 @@ class CudaBackend final : public Backend {
   void rmsnorm(const float* x, const float* w, int32_t n_rows, int32_t dim, float eps,
                float* out) override;
   void matmul(const float* x, const WeightMatrix& w, int32_t n_rows, float* y) override;
-  void rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads,
-            int32_t head_dim, int32_t n_rot, float freq_base, float freq_scale, const float* freq_factors,
-            bool interleaved) override;
+  void rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads, int32_t head_dim,
+            const kernels::RopeParams& rope) override;
   void kv_write(const float* k, const float* v, const int32_t* slots, int32_t n_tokens,
                 const kernels::PagedKV& cache) override;
   void paged_attention(const float* q, const kernels::PagedKV& cache,
@@ -653,19 +663,16 @@ void CudaBackend::matmul(const float* x, const WeightMatrix& w, int32_t n_rows, 
   }, x, w, n_rows, y, xh, wh);
 }
 
-void CudaBackend::rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads,
-                       int32_t head_dim, int32_t n_rot, float freq_base, float freq_scale,
-                       const float* freq_factors, bool interleaved) {
+void CudaBackend::rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads, int32_t head_dim,
+                       const kernels::RopeParams& rope) {
   bind();
   trim_staged();
   const int32_t* d_pos = stage(positions, n_tokens);
   if (!d_pos) return;
   launch("rope", [](CudaBackend& b, float* x, const int32_t* pos, int32_t n_tokens, int32_t n_heads, int32_t head_dim,
-                    int32_t n_rot, float freq_base, float freq_scale, const float* freq_factors, bool interleaved) {
-    b.ok_launch(kernels::launch_rope(x, pos, n_tokens, n_heads, head_dim, n_rot, freq_base, freq_scale, freq_factors,
-                                     interleaved, b.stream_),
-                "launch_rope");
-  }, x, d_pos, n_tokens, n_heads, head_dim, n_rot, freq_base, freq_scale, freq_factors, interleaved);
+                    kernels::RopeParams rope) {
+    b.ok_launch(kernels::launch_rope(x, pos, n_tokens, n_heads, head_dim, rope, b.stream_), "launch_rope");
+  }, x, d_pos, n_tokens, n_heads, head_dim, rope);
 }
 
 void CudaBackend::kv_write(const float* k, const float* v, const int32_t* slots, int32_t n_tokens,

@@ -13,6 +13,7 @@
 #include "helios/gguf.h"
 #include "helios/model.h"
 #include "helios/model_tools.h"
+#include "gguf_copy.h"
 #include "test_paths.h"
 
 namespace helios {
@@ -73,16 +74,36 @@ std::vector<float> dense_logits(const std::string& path, const std::vector<Token
   // Llama 3's per-pair divisors of the angle, where the file has them.
   const std::vector<float> factors = (*file)->find_tensor("rope_freqs.weight") ? tensor("rope_freqs.weight")
                                                                                : std::vector<float>(c.n_rot / 2, 1.0f);
+  // Rope scaling, from the file's keys: linear divides every angle by the factor; YaRN (its paper,
+  // section 3.2, with beta 32 and 1) keeps the angle of pairs that turn more than 32 times over the
+  // original context, divides those that turn less than once, ramps between, and multiplies cos
+  // and sin by 0.1 ln(factor) + 1. attn_factor multiplies them whatever the kind.
+  auto key = [&](const std::string& k, double absent) {
+    auto v = (*file)->get_float(c.architecture + ".rope.scaling." + k);
+    return v.ok() ? *v : absent;
+  };
+  auto kind = (*file)->get_string(c.architecture + ".rope.scaling.type");
+  const bool yarn = kind.ok() && *kind == "yarn";
+  const auto older = (*file)->get_float(c.architecture + ".rope.scale_linear");
+  const double factor = key("factor", older.ok() ? *older : 1.0);
+  const double n_ctx_orig = key("original_context_length", c.n_ctx_train);
+  auto pair_turning = [&](double turns) {  // the pair that turns `turns` times over n_ctx_orig
+    return c.n_rot * std::log(n_ctx_orig / (turns * 2 * M_PI)) / (2 * std::log(c.rope_freq_base));
+  };
+  const double low = std::max(0.0, std::floor(pair_turning(32))), high = std::min(c.n_rot - 1.0, std::ceil(pair_turning(1)));
+  const double mscale = key("attn_factor", 1.0) * (yarn ? 0.1 * std::log(factor) + 1 : 1.0);
   auto rope = [&](std::vector<float>& v, int n_heads, int pos) {
     for (int h = 0; h < n_heads; ++h)
       for (int i = 0; i < c.n_rot / 2; ++i) {
-        const double theta = pos * std::pow(c.rope_freq_base, -2.0 * i / c.n_rot) / factors[i] * c.rope_freq_scale;
+        const double unscaled = pos * std::pow(c.rope_freq_base, -2.0 * i / c.n_rot) / factors[i];
+        const double kept = yarn ? 1.0 - std::clamp((i - low) / std::max(0.001, high - low), 0.0, 1.0) : 0.0;
+        const double theta = unscaled / factor * (1 - kept) + unscaled * kept;
         const int a = c.rope_layout == RopeLayout::kInterleaved ? 2 * i : i;
         const int b = c.rope_layout == RopeLayout::kInterleaved ? 2 * i + 1 : i + c.n_rot / 2;
         float* x = v.data() + h * c.head_dim;
         const float x0 = x[a], x1 = x[b];
-        x[a] = static_cast<float>(x0 * std::cos(theta) - x1 * std::sin(theta));
-        x[b] = static_cast<float>(x0 * std::sin(theta) + x1 * std::cos(theta));
+        x[a] = static_cast<float>(mscale * (x0 * std::cos(theta) - x1 * std::sin(theta)));
+        x[b] = static_cast<float>(mscale * (x0 * std::sin(theta) + x1 * std::cos(theta)));
       }
   };
   const auto embd = tensor("token_embd.weight");
@@ -472,16 +493,8 @@ TEST(ModelLoad, RefusesOtherArchitecturesListingTheSupportedOnes) {
 
 // A copy of the model at `path` with `extra` applied to its writer (keys and tensors added).
 std::string with_extra(const std::string& path, const std::string& name, const std::function<void(GgufWriter&)>& extra) {
-  auto file = GgufFile::open(path);
-  EXPECT_TRUE(file.ok());
-  GgufWriter w;
-  for (const std::string& key : (*file)->keys()) w.set_value(key, *(*file)->find(key));
-  for (const GgufTensorInfo& t : (*file)->tensors()) {
-    EXPECT_TRUE(w.add_tensor(t.name, t.type, t.dims, std::vector<uint8_t>(t.data, t.data + t.n_bytes)).ok());
-  }
-  extra(w);
   const std::string out = testing::temp_dir() + "/" + name + ".gguf";
-  EXPECT_TRUE(w.write(out).ok());
+  testing::copy_gguf_with(path, out, extra);
   return out;
 }
 
@@ -537,6 +550,46 @@ TEST(Forward, LinearRopeScalingDividesEveryAngle) {
   }
 }
 
+// YaRN: the pass matches the dense reference, which follows the paper from the file's keys, at
+// positions long enough to turn the unscaled pairs more than once, with and without an explicit
+// original context and attn_factor, on both pairings.
+TEST(Forward, YarnRopeScalingMatchesThePaper) {
+  for (const bool halves : {false, true}) {
+    const std::string base = synthetic_model("rope-yarn-base-" + std::to_string(halves), halves, 2, true);
+    std::vector<TokenId> tokens;
+    for (int i = 0; i < 40; ++i) tokens.push_back(static_cast<TokenId>(1 + (i * 37) % 290));
+    Fixture without(base);
+    BlockTable t0;
+    const auto plain = without.run(tokens, t0, {tokens.size()});
+    for (const bool explicit_keys : {false, true}) {
+      SCOPED_TRACE(std::string(halves ? "half-split" : "interleaved") +
+                   (explicit_keys ? ", original context 64 and attn_factor 0.9" : ", defaults"));
+      const std::string name = "rope-yarn-" + std::to_string(halves) + std::to_string(explicit_keys);
+      const std::string scaled = with_extra(base, name, [&](GgufWriter& w) {
+        w.set_string("llama.rope.scaling.type", "yarn");
+        w.set_float32("llama.rope.scaling.factor", 8.0f);
+        if (explicit_keys) {
+          w.set_uint32("llama.rope.scaling.original_context_length", 64);
+          w.set_float32("llama.rope.scaling.attn_factor", 0.9f);
+        }
+      });
+      auto file = GgufFile::open(scaled);
+      ASSERT_TRUE(file.ok());
+      auto config = model_config_from_gguf(**file);
+      ASSERT_TRUE(config.ok()) << config.status().to_string();
+      EXPECT_EQ(config->rope_yarn_ext_factor, 1.0f);
+      EXPECT_LT(config->rope_yarn_low, config->rope_yarn_high) << "the ramp spans pairs";
+      Fixture f(scaled);
+      BlockTable table;
+      const auto got = f.run(tokens, table, {tokens.size()});
+      expect_close(got, dense_logits(scaled, tokens), 2e-4f);
+      float moved = 0;
+      for (size_t i = 0; i < got.size(); ++i) moved = std::max(moved, std::fabs(got[i] - plain[i]));
+      EXPECT_GT(moved, 1e-3f) << "the scaling changed nothing";
+    }
+  }
+}
+
 TEST(ModelLoad, RefusesRopeScalingItWouldIgnore) {
   const std::string base = synthetic_model("rope-scaling-base", false, 2, true);
   auto backend = make_cpu_backend(1);
@@ -544,14 +597,14 @@ TEST(ModelLoad, RefusesRopeScalingItWouldIgnore) {
     auto m = Model::load(path, *backend);
     ASSERT_FALSE(m.ok()) << path;
     EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(m.status().message().find("is not supported yet; supported: linear"), std::string::npos)
+    EXPECT_NE(m.status().message().find("is not supported yet; supported: linear, yarn"), std::string::npos)
         << m.status().message();
     EXPECT_NE(m.status().message().find(named), std::string::npos) << m.status().message();
   };
-  refused(with_extra(base, "rope-yarn", [](GgufWriter& w) {
-    w.set_string("llama.rope.scaling.type", "yarn");
+  refused(with_extra(base, "rope-su", [](GgufWriter& w) {
+    w.set_string("llama.rope.scaling.type", "su");
     w.set_float32("llama.rope.scaling.factor", 4.0f);
-  }), "yarn");
+  }), "'su'");
   refused(with_extra(base, "rope-longrope", [](GgufWriter& w) {
     w.set_string("llama.rope.scaling.type", "longrope");
     w.set_float32("llama.rope.scale_linear", 2.0f);
