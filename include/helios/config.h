@@ -11,6 +11,7 @@
 
 #include "helios/early_exit.h"
 #include "helios/intercept.h"
+#include "helios/model_config.h"
 #include "helios/model_manager.h"
 #include "helios/status.h"
 #include "kernels/kernels.h"
@@ -35,6 +36,7 @@ struct EarlyExitConfig {
 struct ModelEntryConfig {
   std::string name;          // what clients ask for; unique
   std::string path;          // GGUF file
+  std::optional<RopeScaling> rope_scaling;  // replaces the file's: e.g. YaRN for a longer context
   EarlyExitConfig early_exit;
 };
 

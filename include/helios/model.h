@@ -108,6 +108,7 @@ struct ForwardResult {
 
 struct ModelLoadOptions {
   int32_t n_layers = 0;  // load only the first n blocks (0: all)
+  std::optional<RopeScaling> rope_scaling;  // replaces the file's (model_config_from_gguf)
   LoadProgress progress;
   // Tensor parallelism over this many ranks (tensor_parallel.h): rank 0 on the backend load()
   // gets, rank r on make_rank_backend(r) — CPU backends talk through an in-process group, CUDA

@@ -24,6 +24,7 @@ namespace helios {
 struct ModelSetupOptions {
   std::string path;          // the GGUF file
   int32_t load_layers = 0;   // load only the first N blocks; 0 = all
+  std::optional<RopeScaling> rope_scaling;  // replaces the file's (ModelLoadOptions)
   ExitPointsSpec exits;      // resolved against the model's depth; points at or past the loaded
                              // depth are dropped (ModelSetup::warning), not refused
   // With no exit points given (no layers, `every` 0): the layers of the heads file, else every

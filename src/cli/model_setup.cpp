@@ -15,6 +15,9 @@ void add_model_options(Args& args, bool heads_option) {
   args.option("model", "PATH", "GGUF model file", "models/SmolLM2-135M-Instruct.Q4_1.gguf")
       .option("threads", "N", "CPU threads; 0 = one per core", "0")
       .option("load-layers", "N", "load only the first N layers (fixed-depth's memory saving); 0 = all", "0")
+      .option("rope-scaling", "TYPE:F[:CTX]",
+              "replace the file's rope scaling: none, linear:F, or yarn:F[:CTX] (the context YaRN extends; "
+              "default the model's), e.g. yarn:4:32768 for Qwen2.5's 128K context")
       .option("exits", "L1,L2,..", "exit layers (after that many blocks); default: the heads file's, else every 4th")
       .option("exit-every", "K", "exit after every K-th layer (with --exit-min)", "0")
       .option("exit-min", "L", "the first exit layer for --exit-every", "1");
@@ -80,6 +83,43 @@ StatusOr<std::vector<double>> parse_number_list(const std::string& option, const
                             "a number (expected e.g. 0.5,0.9)");
 }
 
+StatusOr<std::optional<RopeScaling>> parse_rope_scaling(const std::string& text) {
+  if (text.empty()) return std::optional<RopeScaling>{};
+  const std::vector<std::string> parts = [&] {
+    std::vector<std::string> out;
+    for (size_t begin = 0;;) {
+      const size_t colon = text.find(':', begin);
+      out.push_back(text.substr(begin, colon == std::string::npos ? std::string::npos : colon - begin));
+      if (colon == std::string::npos) return out;
+      begin = colon + 1;
+    }
+  }();
+  RopeScaling s;
+  s.type = parts[0];
+  const bool shape_ok = (s.type == "none" && parts.size() == 1) || (s.type == "linear" && parts.size() == 2) ||
+                        (s.type == "yarn" && (parts.size() == 2 || parts.size() == 3));
+  auto bad = [&] {
+    return invalid_argument("--rope-scaling: '" + text + "' is not none, linear:F or yarn:F[:CTX] (e.g. yarn:4:32768)");
+  };
+  if (!shape_ok) return bad();
+  try {
+    size_t used = 0;
+    if (parts.size() > 1) {
+      s.factor = std::stod(parts[1], &used);
+      if (used != parts[1].size()) return bad();
+    }
+    if (parts.size() > 2) {
+      s.original_context = std::stoi(parts[2], &used);
+      if (used != parts[2].size()) return bad();
+    }
+  } catch (const std::exception&) {
+    return bad();
+  }
+  if (s.type != "none" && !(s.factor >= 1.0)) return invalid_argument("--rope-scaling: the factor must be >= 1");
+  if (Status v = s.validate(); !v.ok()) return invalid_argument("--rope-scaling: " + v.message());
+  return std::optional<RopeScaling>{s};
+}
+
 StatusOr<LoadedModel> load_model(const Args& args) {
   HELIOS_ASSIGN_OR_RETURN(int64_t threads, args.integer("threads"));
   HELIOS_ASSIGN_OR_RETURN(int64_t load_layers, args.integer("load-layers"));
@@ -103,6 +143,7 @@ StatusOr<LoadedModel> load_model(const Args& args) {
   };
   setup.path = args.str("model");
   setup.load_layers = static_cast<int32_t>(load_layers);
+  HELIOS_ASSIGN_OR_RETURN(setup.rope_scaling, parse_rope_scaling(args.str("rope-scaling")));
   setup.exits.layers = listed;
   setup.exits.every = static_cast<int32_t>(every);
   setup.exits.min_layer = static_cast<int32_t>(min_layer);

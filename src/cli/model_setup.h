@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,5 +37,7 @@ StatusOr<ExitRule> exit_rule_from_args(const Args& args, const Model& model, con
 StatusOr<std::vector<int32_t>> parse_int_list(const std::string& option, const std::string& text);
 StatusOr<std::vector<double>> parse_number_list(const std::string& option, const std::string& text);
 std::vector<std::string> split_list(const std::string& text);
+// --rope-scaling: "none", "linear:F" or "yarn:F[:CTX]"; "" gives none set (the file's stands).
+StatusOr<std::optional<RopeScaling>> parse_rope_scaling(const std::string& text);
 
 }  // namespace helios::cli

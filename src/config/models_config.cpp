@@ -1,7 +1,8 @@
-// models: a list of {name, path, early_exit}; at least one, names unique. Relative paths resolve
+// models: a list of {name, path, rope_scaling, early_exit}; at least one, names unique. Relative paths resolve
 // against the directory of the config file, so a config works from any working directory.
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 
 #include "config/sections.h"
 
@@ -13,6 +14,34 @@ constexpr std::string_view kModelsExample =
     "e.g.\n  models:\n    - name: smollm2-135m\n"
     "      path: ../models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
+// rope_scaling: {type, factor, original_context}, replacing the file's rope scaling.
+Status read_rope_scaling(const MapReader& model, std::optional<RopeScaling>* out) {
+  if (!model.has("rope_scaling")) return ok_status();
+  HELIOS_ASSIGN_OR_RETURN(MapReader r, MapReader::open(model.source(), model.value("rope_scaling"),
+                                                       model.mark_of("rope_scaling"), model.key_path("rope_scaling"),
+                                                       {"type", "factor", "original_context"}));
+  if (!r.has("type")) {
+    return model.error("rope_scaling", "needs a type (none, linear or yarn), e.g. {type: yarn, factor: 4, "
+                                       "original_context: 32768} for Qwen2.5's long context");
+  }
+  RopeScaling s;
+  HELIOS_RETURN_IF_ERROR(r.read_choice<std::string>("type", {{"none", "none"}, {"linear", "linear"}, {"yarn", "yarn"}},
+                                                    &s.type));
+  HELIOS_RETURN_IF_ERROR(r.read_double("factor", &s.factor));
+  HELIOS_RETURN_IF_ERROR(r.read_int("original_context", &s.original_context));
+  if (!(s.factor >= 1.0) || !std::isfinite(s.factor)) {
+    return r.error("factor", "must be >= 1 (the context grows by it), got " + std::to_string(s.factor));
+  }
+  if (s.original_context < 0) {
+    return r.error("original_context", "must be >= 0 (0: the model's own context_length)");
+  }
+  if (s.type != "yarn" && r.has("original_context")) {
+    return r.error("original_context", "is YaRN's; type is " + s.type);
+  }
+  *out = s;
+  return ok_status();
+}
+
 }  // namespace
 
 // One entry of models[] (telemetry null) or model_repository[] (which may have a telemetry map).
@@ -22,7 +51,7 @@ Status read_model_entry(const ConfigSource& source, const YAML::Node& node, cons
     return config_error(source, node.Mark(), path,
                         "expected a map with keys name and path, got " + describe_node(node));
   }
-  std::vector<std::string_view> keys = {"name", "path", "early_exit"};
+  std::vector<std::string_view> keys = {"name", "path", "rope_scaling", "early_exit"};
   if (telemetry) keys.push_back("telemetry");
   HELIOS_ASSIGN_OR_RETURN(MapReader model, MapReader::open(source, node, node.Mark(), path, keys));
   for (std::string_view key : {"name", "path"}) {
@@ -45,6 +74,7 @@ Status read_model_entry(const ConfigSource& source, const YAML::Node& node, cons
     return model.error("path", "must be the path of a GGUF file, got an empty string");
   }
   out->path = resolve_path(source, out->path);
+  HELIOS_RETURN_IF_ERROR(read_rope_scaling(model, &out->rope_scaling));
   if (telemetry && model.has("telemetry")) {
     HELIOS_ASSIGN_OR_RETURN(MapReader t, MapReader::open(source, model.value("telemetry"), model.mark_of("telemetry"),
                                                          model.key_path("telemetry"),

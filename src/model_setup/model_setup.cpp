@@ -54,6 +54,7 @@ StatusOr<ModelSetup> setup_model(Backend& backend, const ModelSetupOptions& o) {
   const ModelSetupOptions::Names& names = o.names;
   ModelLoadOptions load;
   load.n_layers = o.load_layers;
+  load.rope_scaling = o.rope_scaling;
   load.progress = o.progress;
   load.tensor_parallel = o.tensor_parallel;
   load.make_rank_backend = o.make_rank_backend;

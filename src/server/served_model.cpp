@@ -14,6 +14,7 @@ ModelSetupOptions setup_options(const ModelEntryConfig& entry) {
   const EarlyExitConfig& ee = entry.early_exit;
   ModelSetupOptions o;
   o.path = entry.path;
+  o.rope_scaling = entry.rope_scaling;
   o.load_layers = ee.load_layers;
   o.exits = ee.exits;
   o.heads_path = ee.heads_path;
@@ -90,6 +91,10 @@ StatusOr<std::unique_ptr<ServedModel>> load_served_model(const ModelEntryConfig&
                engine_options.n_kv_blocks, engine_options.block_size,
                static_cast<double>(kv_bytes) / 1048576.0,
                kernels::kv_type_name(engine_options.kv_type), served->context_tokens);
+  if (const RopeScaling& r = c.rope_scaling; r.type != "none") {
+    spdlog::info("{}: rope scaling {} by {:g} ({}); the model serves up to {} tokens", entry.name, r.type, r.factor,
+                 entry.rope_scaling ? "set in the config" : "from the file", c.n_ctx_train);
+  }
   HELIOS_ASSIGN_OR_RETURN(served->engine, Engine::start(*served->model, engine_options, &metrics));
   return served;
 }

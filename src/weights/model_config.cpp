@@ -1,4 +1,5 @@
 // GGUF metadata → ModelConfig.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -21,40 +22,45 @@ StatusOr<int32_t> get_positive(const GgufFile& f, const std::string& key, int64_
 
 // The rope scaling a file asks for, as llama.cpp reads it for `llama` and `qwen2` files: the kind
 // from rope.scaling.type (linear when absent), the factor from rope.scaling.factor (else the older
-// rope.scale_linear), 0 or 1 meaning none, and rope.scaling.attn_factor, which multiplies cos and
-// sin whatever the kind. Linear scaling multiplies every angle by 1 / factor (rope_freq_scale).
-// YaRN does so for the low-frequency pairs only, ramping to the unscaled angle over the pairs its
-// correction range (from rope.scaling.original_context_length) names, and raises cos and sin by
-// 1 + 0.1 ln(factor). LongRoPE is not implemented: such a file would give other logits than its model
-// was trained to, so it is refused rather than run without it. (Llama 3's per-pair divisors, the
-// tensor rope_freqs.weight, are applied too: ModelWeights::rope_freqs.)
-Status read_rope_scaling(const GgufFile& f, const std::string& a, ModelConfig& c) {
-  if (f.find(a + "rope.scaling.attn_factor")) {
-    HELIOS_ASSIGN_OR_RETURN(double attn, f.get_float(a + "rope.scaling.attn_factor"));
-    if (!(attn > 0.0)) return invalid_argument(f.path() + ": rope.scaling.attn_factor must be > 0");
-    c.rope_mscale = static_cast<float>(attn);
-  }
-  auto type = f.get_string(a + "rope.scaling.type");
+// rope.scale_linear), and YaRN's original context. LongRoPE and other kinds are not implemented:
+// such a file would give other logits than its model was trained to, so it is refused rather than
+// run without them. (Llama 3's per-pair divisors, the tensor rope_freqs.weight, are applied too:
+// ModelWeights::rope_freqs.)
+StatusOr<RopeScaling> read_rope_scaling(const GgufFile& f, const std::string& a) {
+  RopeScaling r;
   auto factor = f.get_float(a + "rope.scaling.factor");
   if (!factor.ok()) factor = f.get_float(a + "rope.scale_linear");
-  const double k = factor.ok() ? *factor : 0.0;
-  if (k == 0.0 || k == 1.0) return ok_status();  // scales nothing, whatever the kind
-  const std::string kind = type.ok() ? *type : "linear";  // rope.scale_linear alone is linear
-  if (kind == "none") return ok_status();
-  if (kind != "linear" && kind != "yarn") {
-    return invalid_argument(f.path() + ": rope scaling '" + kind + "' (factor " + std::to_string(k) +
+  if (factor.ok()) r.factor = *factor;
+  if (r.factor == 0.0 || r.factor == 1.0) return RopeScaling{};  // scales nothing, whatever the kind
+  auto type = f.get_string(a + "rope.scaling.type");
+  r.type = type.ok() ? *type : "linear";  // rope.scale_linear alone is linear
+  if (r.type == "none") return RopeScaling{};
+  if (r.type != "linear" && r.type != "yarn") {
+    return invalid_argument(f.path() + ": rope scaling '" + r.type + "' (factor " + std::to_string(r.factor) +
                             ") is not supported yet; supported: linear, yarn, and Llama 3's rope_freqs. Use a "
                             "model without it (Llama 2/3/3.1/3.2, SmolLM2, Qwen2.5 as converted by llama.cpp)");
   }
-  if (!(k > 0.0)) return invalid_argument(f.path() + ": rope scaling factor must be > 0, got " + std::to_string(k));
-  c.rope_freq_scale = 1.0f / static_cast<float>(k);  // as llama.cpp: a float reciprocal
-  if (kind == "linear") return ok_status();
-
-  // YaRN with llama.cpp's defaults for these architectures: full mix, beta_fast 32, beta_slow 1.
-  int32_t n_ctx_orig = c.n_ctx_train;
   if (f.find(a + "rope.scaling.original_context_length")) {
-    HELIOS_ASSIGN_OR_RETURN(n_ctx_orig, get_positive(f, a + "rope.scaling.original_context_length", 1 << 24));
+    HELIOS_ASSIGN_OR_RETURN(r.original_context, get_positive(f, a + "rope.scaling.original_context_length", 1 << 24));
   }
+  if (!(r.factor > 0.0)) {
+    return invalid_argument(f.path() + ": rope scaling factor must be > 0, got " + std::to_string(r.factor));
+  }
+  return r;
+}
+
+// What a scaling does to the rotation, as llama.cpp computes it. Linear multiplies every angle by
+// 1 / factor (rope_freq_scale). YaRN does so for the slow pairs only, ramping to the unscaled
+// angle over its correction range, raises cos and sin by 1 + 0.1 ln(factor), and serves its
+// original context times the factor. rope_mscale holds the file's attn_factor on the way in.
+void apply_rope_scaling(const RopeScaling& r, ModelConfig& c) {
+  c.rope_scaling = r;
+  if (r.type == "none" || r.factor == 0.0 || r.factor == 1.0) return;
+  c.rope_freq_scale = 1.0f / static_cast<float>(r.factor);  // as llama.cpp: a float reciprocal
+  if (r.type != "yarn") return;
+
+  // llama.cpp's defaults for these architectures: full mix, beta_fast 32, beta_slow 1.
+  const int32_t n_ctx_orig = r.original_context > 0 ? r.original_context : c.n_ctx_train;
   kernels::RopeParams range{.n_rot = c.n_rot, .freq_base = c.rope_freq_base};
   kernels::yarn_correction_range(n_ctx_orig, 32.0f, 1.0f, range);
   c.rope_yarn_ext_factor = 1.0f;
@@ -66,12 +72,27 @@ Status read_rope_scaling(const GgufFile& f, const std::string& a, ModelConfig& c
   const float temperature = f_scale <= 1.0f ? 1.0f : 0.1f * std::log(f_scale) + 1.0f;
   c.rope_mscale *= temperature * (1.0f / (1.0f + 0.1f * std::log(f_scale)));
   c.rope_mscale *= 1.0f + 0.1f * std::log(1.0f / c.rope_freq_scale);
-  return ok_status();
+  const double extended = static_cast<double>(n_ctx_orig) * r.factor;
+  c.n_ctx_train = static_cast<int32_t>(std::clamp(extended, static_cast<double>(c.n_ctx_train), double{1 << 24}));
 }
 
 }  // namespace
 
-StatusOr<ModelConfig> model_config_from_gguf(const GgufFile& f) {
+Status RopeScaling::validate() const {
+  if (type != "none" && type != "linear" && type != "yarn") {
+    return invalid_argument("rope_scaling.type: '" + type + "' is not one of none, linear, yarn");
+  }
+  if (!(factor > 0.0) || !std::isfinite(factor)) {
+    return invalid_argument("rope_scaling.factor must be a number > 0 (e.g. 4), got " + std::to_string(factor));
+  }
+  if (original_context < 0) {
+    return invalid_argument("rope_scaling.original_context must be >= 0 (0: the model's context_length), got " +
+                            std::to_string(original_context));
+  }
+  return ok_status();
+}
+
+StatusOr<ModelConfig> model_config_from_gguf(const GgufFile& f, const RopeScaling* rope_scaling) {
   ModelConfig c;
   HELIOS_ASSIGN_OR_RETURN(c.architecture, f.get_string("general.architecture"));
   if (c.architecture != "llama" && c.architecture != "qwen2") {
@@ -109,7 +130,18 @@ StatusOr<ModelConfig> model_config_from_gguf(const GgufFile& f) {
     if (!(base > 1.0)) return invalid_argument(f.path() + ": rope.freq_base must be > 1");
     c.rope_freq_base = static_cast<float>(base);
   }
-  HELIOS_RETURN_IF_ERROR(read_rope_scaling(f, a, c));
+  if (f.find(a + "rope.scaling.attn_factor")) {  // llama.cpp applies it whatever the scaling
+    HELIOS_ASSIGN_OR_RETURN(double attn, f.get_float(a + "rope.scaling.attn_factor"));
+    if (!(attn > 0.0)) return invalid_argument(f.path() + ": rope.scaling.attn_factor must be > 0");
+    c.rope_mscale = static_cast<float>(attn);
+  }
+  if (rope_scaling) {
+    HELIOS_RETURN_IF_ERROR(rope_scaling->validate());
+    apply_rope_scaling(*rope_scaling, c);
+  } else {
+    HELIOS_ASSIGN_OR_RETURN(const RopeScaling r, read_rope_scaling(f, a));
+    apply_rope_scaling(r, c);
+  }
   if (f.find(a + "attention.layer_norm_rms_epsilon")) {
     HELIOS_ASSIGN_OR_RETURN(double eps, f.get_float(a + "attention.layer_norm_rms_epsilon"));
     if (!(eps > 0 && eps < 1)) return invalid_argument(f.path() + ": layer_norm_rms_epsilon must be in (0, 1)");

@@ -109,5 +109,21 @@ check "a synthetic model generates" test $? -eq 0
 "$HELIOS" make-synthetic --preset tiny --heads 5 --out "$WORK/x.gguf" > /dev/null 2> "$WORK/err"
 check "an impossible shape is refused" test $? -ne 0
 
+# --- rope scaling: in the file (make-synthetic, inspect) and set at load (--rope-scaling)
+"$HELIOS" make-synthetic --preset tiny --rope-yarn 4 --rope-original-ctx 4096 --out "$WORK/yarn.gguf" 2> "$WORK/err"
+check "make-synthetic writes YaRN scaling" test $? -eq 0
+"$HELIOS" inspect "$WORK/yarn.gguf" > "$WORK/out"
+check "inspect shows the YaRN scaling" contains "$WORK/out" "rope scaling: YaRN by 4"
+check "YaRN serves its original context times its factor" contains "$WORK/out" "context 16384"
+"$HELIOS" generate --model "$WORK/yarn.gguf" --prompt "abc" --max-tokens 5 --ignore-eos --temperature 0 > "$WORK/yarn_out" 2> "$WORK/err"
+check "a YaRN model generates" test $? -eq 0
+"$HELIOS" make-synthetic --preset tiny --out "$WORK/plain.gguf" 2> "$WORK/err"
+"$HELIOS" generate --model "$WORK/plain.gguf" --rope-scaling yarn:4:4096 --prompt "abc" --max-tokens 5 --ignore-eos \
+  --temperature 0 > "$WORK/set_out" 2> "$WORK/err"
+check "--rope-scaling gives what the file's keys give" cmp -s "$WORK/yarn_out" "$WORK/set_out"
+"$HELIOS" generate --model "$WORK/plain.gguf" --rope-scaling yarn:x --prompt "abc" > "$WORK/out" 2> "$WORK/err"
+check "a malformed --rope-scaling is refused" test $? -ne 0
+check "the error shows the expected form" contains "$WORK/err" "yarn:F[:CTX]"
+
 echo "$passes passed, $failures failed"
 test "$failures" -eq 0

@@ -254,5 +254,39 @@ TEST(ConfigRoundTrip, KvCacheTypes) {
   EXPECT_NE(bad.status().message().find("f16"), std::string::npos) << bad.status().message();
 }
 
+TEST(ConfigRoundTrip, RopeScaling) {
+  const auto scaling = [](const std::string& entry) {
+    StatusOr<HeliosConfig> parsed = parse_config("models:\n  - name: m\n    path: /m.gguf\n" + entry, "cfg.yaml");
+    EXPECT_TRUE(parsed.ok()) << entry << ": " << parsed.status().to_string();
+    return parsed.ok() ? parsed->models[0].rope_scaling : std::nullopt;
+  };
+  EXPECT_EQ(scaling(""), std::nullopt);  // the file's stands
+  const auto yarn = scaling("    rope_scaling: {type: yarn, factor: 4, original_context: 32768}\n");
+  ASSERT_TRUE(yarn.has_value());
+  EXPECT_EQ(yarn->type, "yarn");
+  EXPECT_EQ(yarn->factor, 4.0);
+  EXPECT_EQ(yarn->original_context, 32768);
+  const auto linear = scaling("    rope_scaling:\n      type: linear\n      factor: 2.5\n");
+  ASSERT_TRUE(linear.has_value());
+  EXPECT_EQ(linear->type, "linear");
+  EXPECT_EQ(linear->factor, 2.5);
+  EXPECT_EQ(linear->original_context, 0);
+  const auto none = scaling("    rope_scaling: {type: none}\n");
+  ASSERT_TRUE(none.has_value());
+  EXPECT_EQ(none->type, "none");
+
+  const auto error = [](const std::string& entry) { return config_error("models:\n  - name: m\n    path: /m.gguf\n" + entry); };
+  EXPECT_TRUE(contains(error("    rope_scaling: {type: longrope, factor: 4}\n"), "models[0].rope_scaling.type"));
+  EXPECT_TRUE(contains(error("    rope_scaling: {factor: 4}\n"), "models[0].rope_scaling: needs a type"));
+  EXPECT_TRUE(contains(error("    rope_scaling: {type: yarn, factor: 0.5}\n"),
+                       "models[0].rope_scaling.factor: must be >= 1"));
+  EXPECT_TRUE(contains(error("    rope_scaling: {type: yarn, factor: 4, original_context: -1}\n"),
+                       "models[0].rope_scaling.original_context: must be >= 0"));
+  EXPECT_TRUE(contains(error("    rope_scaling: {type: linear, factor: 4, original_context: 4096}\n"),
+                       "original_context: is YaRN's"));
+  EXPECT_TRUE(contains(error("    rope_scaling: {type: yarn, factor: 4, context: 4096}\n"),
+                       "models[0].rope_scaling.context: unknown key"));
+}
+
 }  // namespace
 }  // namespace helios::testing

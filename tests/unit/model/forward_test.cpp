@@ -86,7 +86,7 @@ std::vector<float> dense_logits(const std::string& path, const std::vector<Token
   const bool yarn = kind.ok() && *kind == "yarn";
   const auto older = (*file)->get_float(c.architecture + ".rope.scale_linear");
   const double factor = key("factor", older.ok() ? *older : 1.0);
-  const double n_ctx_orig = key("original_context_length", c.n_ctx_train);
+  const double n_ctx_orig = key("original_context_length", *(*file)->get_float(c.architecture + ".context_length"));
   auto pair_turning = [&](double turns) {  // the pair that turns `turns` times over n_ctx_orig
     return c.n_rot * std::log(n_ctx_orig / (turns * 2 * M_PI)) / (2 * std::log(c.rope_freq_base));
   };
@@ -162,8 +162,8 @@ struct Fixture {
   std::unique_ptr<KvCacheStorage> kv;
   BlockAllocator allocator{64};
 
-  explicit Fixture(const std::string& path) {
-    auto m = Model::load(path, *backend);
+  explicit Fixture(const std::string& path, const ModelLoadOptions& options = {}) {
+    auto m = Model::load(path, *backend, options);
     EXPECT_TRUE(m.ok()) << m.status().to_string();
     model = std::move(*m);
     auto s = KvCacheStorage::create(*backend, model->config(), 64, 4);
@@ -588,6 +588,44 @@ TEST(Forward, YarnRopeScalingMatchesThePaper) {
       EXPECT_GT(moved, 1e-3f) << "the scaling changed nothing";
     }
   }
+}
+
+// An operator's rope scaling (ModelLoadOptions::rope_scaling, from YAML or --rope-scaling) does
+// what the same keys in the file do, and `none` takes a file's away. YaRN serves its original
+// context times its factor.
+TEST(ModelLoad, RopeScalingSetAtLoadReplacesTheFiles) {
+  const std::string base = synthetic_model("rope-override-base", true, 2, true);
+  const std::string with_keys = with_extra(base, "rope-override-keys", [](GgufWriter& w) {
+    w.set_string("llama.rope.scaling.type", "yarn");
+    w.set_float32("llama.rope.scaling.factor", 4.0f);
+    w.set_uint32("llama.rope.scaling.original_context_length", 2048);
+  });
+  const std::vector<TokenId> tokens = {1, 17, 250, 3, 99, 42, 7, 180, 5, 64, 12, 200, 33, 71};
+  ModelLoadOptions yarn;
+  yarn.rope_scaling = RopeScaling{"yarn", 4.0, 2048};
+  Fixture from_file(with_keys), set_at_load(base, yarn), plain(base);
+  EXPECT_EQ(from_file.model->config().n_ctx_train, 8192);
+  EXPECT_EQ(set_at_load.model->config().n_ctx_train, 8192);
+  EXPECT_EQ(plain.model->config().n_ctx_train, 2048);
+  BlockTable t1, t2, t3;
+  const auto scaled = from_file.run(tokens, t1, {tokens.size()});
+  EXPECT_EQ(set_at_load.run(tokens, t2, {tokens.size()}), scaled);
+  const auto unscaled = plain.run(tokens, t3, {tokens.size()});
+  EXPECT_NE(unscaled, scaled);
+
+  ModelLoadOptions none;
+  none.rope_scaling = RopeScaling{"none", 1.0, 0};
+  Fixture taken_away(with_keys, none);
+  BlockTable t4;
+  EXPECT_EQ(taken_away.run(tokens, t4, {tokens.size()}), unscaled);
+  EXPECT_EQ(taken_away.model->config().n_ctx_train, 2048);
+
+  auto backend = make_cpu_backend(1);
+  ModelLoadOptions bad;
+  bad.rope_scaling = RopeScaling{"longrope", 4.0, 0};
+  auto refused = Model::load(base, *backend, bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("rope_scaling.type"), std::string::npos) << refused.status().message();
 }
 
 TEST(ModelLoad, RefusesRopeScalingItWouldIgnore) {
