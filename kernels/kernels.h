@@ -281,6 +281,9 @@ AttentionTiles attention_tiles(const AttentionPlan& plan, int32_t tile_tokens, s
 // hold for the shape. workspace: at least paged_attention_workspace_floats(..., tiles.span)
 // floats (none needed when that is 0).
 int32_t attention_tile_tokens(int32_t n_heads, int32_t n_kv_heads, int32_t head_dim);
+// Whether one block holds a KV head's query heads for one token: head_dim <= 256 and
+// (n_heads / n_kv_heads) × head_dim <= 2048 (multi-query models such as Falcon's do not fit).
+bool paged_attention_supports(int32_t n_heads, int32_t n_kv_heads, int32_t head_dim);
 int64_t paged_attention_workspace_floats(int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads,
                                          int32_t head_dim, ContextSpan span);
 int launch_paged_attention(const float* q, const PagedKV& cache, const AttentionPlan& plan,

@@ -66,6 +66,11 @@ class Backend {
   }
   // KV cache element types kv_write and paged_attention take (the default: f32 only).
   virtual bool supports_kv_type(kernels::KvType type) const { return type == kernels::KvType::kF32; }
+  // OK when paged_attention runs with these heads (the default: any); else INVALID_ARGUMENT saying
+  // what this backend takes, so that a model it cannot run is refused at load.
+  virtual Status check_attention_shape(int32_t /*n_heads*/, int32_t /*n_kv_heads*/, int32_t /*head_dim*/) const {
+    return ok_status();
+  }
 
   // --- ops (required), parameters as kernels::ref_<op>
   virtual void embedding(const int32_t* host_tokens, int32_t n_tokens, const float* table,

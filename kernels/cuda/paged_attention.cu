@@ -184,7 +184,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs<T> a)
           const int32_t r = item / hd, d = item % hd;
           float o = acc[c] * alpha_s[r];
           const float* sr = scores + r * kTile;
-          for (int32_t j = slice; j < tile_n; j += n_slices) o += sr[j] * cuda::load_kv(v_head + slot_s[j] * kv_row + d);
+          // The row's own positions only: a masked one weighs 0, but 0 × an inf in V would be NaN.
+          const int32_t own = min(tile_n, ctx_s[r] - tile0);
+          for (int32_t j = slice; j < own; j += n_slices) o += sr[j] * cuda::load_kv(v_head + slot_s[j] * kv_row + d);
           acc[c] = o;
         }
       }
@@ -240,6 +242,13 @@ __global__ void combine_kernel(const float* part_out, const float* part_ml, int3
 }
 
 }  // namespace
+
+bool paged_attention_supports(int32_t n_heads, int32_t n_kv_heads, int32_t head_dim) {
+  if (n_kv_heads <= 0 || head_dim <= 0 || n_heads % n_kv_heads != 0) return false;
+  const int32_t group = n_heads / n_kv_heads;  // the rows of a one-token tile
+  return head_dim <= kMaxHeadDim && group * head_dim <= kThreads * kMaxItemsPerThread &&
+         shared_bytes(group, head_dim) <= kMaxSharedBytes;
+}
 
 int32_t attention_tile_tokens(int32_t n_heads, int32_t n_kv_heads, int32_t head_dim) {
   if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0) return 1;

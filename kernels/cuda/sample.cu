@@ -68,10 +68,11 @@ __device__ __forceinline__ float sort_key(float z, float temperature) {
   return k == 0.0f ? 0.0f : k;
 }
 
+// Rounded op by op (no fused multiply-add), as the host's Sampler computes it.
 __device__ __forceinline__ float adjusted(const LogitAdjust& a, float x, float repetition_penalty) {
-  float y = x + a.bias;
-  if (a.repeat) y = y > 0 ? y / repetition_penalty : y * repetition_penalty;
-  return y - a.subtract;
+  float y = __fadd_rn(x, a.bias);
+  if (a.repeat) y = y > 0 ? __fdiv_rn(y, repetition_penalty) : __fmul_rn(y, repetition_penalty);
+  return __fsub_rn(y, a.subtract);
 }
 
 // keys = logits / temperature (as they are when greedy), ids = 0..n_vocab-1; grid (chunks, rows).
@@ -202,7 +203,7 @@ __global__ void __launch_bounds__(kThreads) select_kernel(const float* logits, i
       if (threadIdx.x == 0) sh.found = keep;
       __syncthreads();
       for (int32_t i = 1 + threadIdx.x; i < keep; i += kThreads) {
-        if (prob(i) < floor) {
+        if (!(prob(i) >= floor)) {  // as the twin's test, so that NaN (a row of -inf) ends it too
           atomicMin(&sh.found, i);
           break;
         }
@@ -243,6 +244,10 @@ int launch_sample_rows(const float* logits, int32_t n_vocab, const SampleRow* ro
                        const LogitAdjust* adjust, void* workspace, size_t workspace_bytes, int32_t* token,
                        float* logprob, void* stream, bool all_greedy) {
   if (n_rows <= 0 || n_vocab <= 0) return 0;
+  // The sort's item count and the offsets are int32, and the rows are the grid's y dimension.
+  if (static_cast<int64_t>(n_rows) * n_vocab > INT32_MAX || n_rows > 65535) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
   const SampleWorkspace w = lay_out(workspace, n_rows, n_vocab, sort_storage_bytes(n_rows, n_vocab));
   if (workspace_bytes < w.total) return static_cast<int>(cudaErrorInvalidValue);
   cudaStream_t s = cuda::as_stream(stream);

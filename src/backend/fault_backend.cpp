@@ -76,6 +76,9 @@ class FaultBackend final : public Backend {
   void copy_fence() override { inner_->copy_fence(); }
   bool supports_weight_type(TensorType t) const override { return inner_->supports_weight_type(t); }
   bool supports_kv_type(kernels::KvType t) const override { return inner_->supports_kv_type(t); }
+  Status check_attention_shape(int32_t n_heads, int32_t n_kv_heads, int32_t head_dim) const override {
+    return inner_->check_attention_shape(n_heads, n_kv_heads, head_dim);
+  }
   void embedding(const int32_t* tokens, int32_t n_tokens, const float* table, int32_t dim, float* out) override {
     inner_->embedding(tokens, n_tokens, table, dim, out);
   }

@@ -67,6 +67,8 @@ StatusOr<std::unique_ptr<Model>> Model::load(const std::string& path, Backend& b
     m->model_config_ = config;
     m->shard_ = shards[r];
     m->config_ = shard_config(config, shards[r]);
+    HELIOS_RETURN_IF_ERROR(rank_backends[r]->check_attention_shape(m->config_.n_head, m->config_.n_head_kv,
+                                                                   m->config_.head_dim));
     if (ranks) m->comm_ = ranks->comms[r].get();
     HELIOS_ASSIGN_OR_RETURN(m->weights_, load_weights(*file, config, *rank_backends[r], options.n_layers,
                                                       r == 0 ? options.progress : nullptr, shards[r]));

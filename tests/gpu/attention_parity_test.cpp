@@ -169,5 +169,22 @@ TEST(GpuParity, PagedAttentionRefusesAnUnsupportedShape) {
   EXPECT_NE(kernels::launch_paged_attention(nullptr, cache, plan, 64, 1.0f, one_token, nullptr, nullptr, nullptr), 0);
 }
 
+// Which models the kernel serves, decided on the host (CudaBackend refuses the others at load).
+TEST(AttentionShapes, ServedModelsFitAndWideMultiQueryOnesDoNot) {
+  struct Case {
+    const char* model;
+    int32_t heads, kv_heads, head_dim;
+    bool fits;
+  };
+  for (const Case& c : {Case{"stories260K", 8, 4, 8, true}, Case{"SmolLM2-135M", 9, 3, 64, true},
+                        Case{"Qwen2.5-0.5B", 14, 2, 64, true}, Case{"Qwen2.5-1.5B", 12, 2, 128, true},
+                        Case{"Qwen2.5-7B", 28, 4, 128, true}, Case{"Llama-2-7B", 32, 32, 128, true},
+                        Case{"Llama-3-70B", 64, 8, 128, true}, Case{"Falcon-7B (multi-query)", 71, 1, 64, false},
+                        Case{"StarCoder (multi-query)", 48, 1, 128, false}, Case{"head_dim 512", 8, 8, 512, false},
+                        Case{"heads not a multiple of KV heads", 9, 2, 64, false}}) {
+    EXPECT_EQ(kernels::paged_attention_supports(c.heads, c.kv_heads, c.head_dim), c.fits) << c.model;
+  }
+}
+
 }  // namespace
 }  // namespace helios

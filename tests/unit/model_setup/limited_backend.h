@@ -53,6 +53,15 @@ class LimitedBackend final : public Backend {
 
   std::string name() const override { return "limited"; }
   size_t free_device_bytes() const override { return capacity_bytes_ - used_bytes(); }
+  // Attention that cannot run models whose heads are over this many per KV head, as a GPU kernel's.
+  void limit_query_heads_per_kv_head(int32_t n) { max_group_ = n; }
+  Status check_attention_shape(int32_t n_heads, int32_t n_kv_heads, int32_t head_dim) const override {
+    if (max_group_ > 0 && n_heads / n_kv_heads > max_group_) {
+      return invalid_argument("this backend's attention takes at most " + std::to_string(max_group_) +
+                              " query heads per KV head");
+    }
+    return cpu_->check_attention_shape(n_heads, n_kv_heads, head_dim);
+  }
   // Allocations come from two threads (an engine's loop, and Model::load_layers_range beside it).
   float* alloc(size_t n_floats) override {
     std::lock_guard<std::mutex> lock(alloc_mu_);
@@ -121,6 +130,7 @@ class LimitedBackend final : public Backend {
   int64_t matmuls_before_pause_ = 0;   // 0: no pause set
   bool paused_ = false;
   std::unordered_map<const float*, size_t> sizes_;
+  int32_t max_group_ = 0;  // 0: any
 };
 
 }  // namespace helios::testing

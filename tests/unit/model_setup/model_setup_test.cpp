@@ -2,6 +2,7 @@
 // it, heads, the default rule, and errors named as the caller names its settings.
 #include <gtest/gtest.h>
 
+#include "helios/gguf.h"
 #include "helios/model_setup.h"
 #include "unit/model_setup/limited_backend.h"
 #include "test_paths.h"
@@ -117,6 +118,28 @@ TEST(ModelSetup, ErrorsNameTheSettings) {
   rule.depth = 3;
   o.default_rule = rule;
   EXPECT_EQ(error_of(o), "early_exit.depth: fixed-depth needs an exit point or the loaded depth, got 3; valid: 2 or 5");
+}
+
+// A model whose attention the backend cannot run is refused at load, with the backend's reason,
+// not at its first forward pass.
+TEST(ModelSetup, AttentionTheBackendCannotRunRefusesTheModel) {
+  auto file = GgufFile::open(testing::stories260k_path());
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  auto config = model_config_from_gguf(**file);
+  ASSERT_TRUE(config.ok()) << config.status().to_string();
+  const int32_t group = config->n_head / config->n_head_kv;  // stories260K: 8 query heads over 4
+  ASSERT_GT(group, 1);
+  testing::LimitedBackend fits(size_t{1} << 30), narrow(size_t{1} << 30);
+  fits.limit_query_heads_per_kv_head(group);
+  narrow.limit_query_heads_per_kv_head(group - 1);
+  auto loaded = setup_model(fits, config_options());
+  EXPECT_TRUE(loaded.ok()) << loaded.status().to_string();
+  auto refused = setup_model(narrow, config_options());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("query heads per KV head"), std::string::npos)
+      << refused.status().message();
+  EXPECT_EQ(narrow.used_bytes(), 0u) << "refused before any weight was uploaded";
 }
 
 TEST(ModelSetup, OutOfMemoryIsAnError) {
