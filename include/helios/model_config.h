@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "helios/status.h"
@@ -64,6 +65,7 @@ inline constexpr const char* kSupportedArchitectures =
 // Reads `<arch>.*` keys (`qwen2` is `llama` with Q/K/V biases, which the weights carry, and
 // NeoX-style RoPE, as llama.cpp runs it); refuses other architectures and inconsistent shapes
 // with a message that names the key and value. rope_scaling, when given, replaces the file's.
-StatusOr<ModelConfig> model_config_from_gguf(const GgufFile& file, const RopeScaling* rope_scaling = nullptr);
+StatusOr<ModelConfig> model_config_from_gguf(const GgufFile& file,
+                                             const std::optional<RopeScaling>& rope_scaling = std::nullopt);
 
 }  // namespace helios

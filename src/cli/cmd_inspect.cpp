@@ -68,15 +68,11 @@ int cmd_inspect(int argc, char** argv) {
                 "context %d, rope base %g, %s LM head\n",
                 c.architecture.c_str(), c.n_layer, c.n_embd, c.n_head, c.n_head_kv, c.head_dim,
                 c.n_ff, c.n_vocab, c.n_ctx_train, c.rope_freq_base, c.tied_output ? "tied" : "separate");
-    if (c.rope_freq_scale != 1.0f || c.rope_mscale != 1.0f) {
-      std::printf("rope scaling: ");
-      if (c.rope_yarn_ext_factor != 0.0f) {
-        std::printf("YaRN by %g (pairs up to %g keep their angle, from %g on scaled)", 1.0 / c.rope_freq_scale,
-                    c.rope_yarn_low, c.rope_yarn_high);
-      } else if (c.rope_freq_scale != 1.0f) {
-        std::printf("linear by %g", 1.0 / c.rope_freq_scale);
-      } else {
-        std::printf("none");
+    if (const RopeScaling& r = c.rope_scaling; r.type != "none" || c.rope_mscale != 1.0f) {
+      std::printf("rope scaling: %s", r.type == "yarn" ? "YaRN" : r.type.c_str());
+      if (r.type != "none") std::printf(" by %g", r.factor);
+      if (r.type == "yarn") {
+        std::printf(" (pairs up to %g keep their angle, from %g on scaled)", c.rope_yarn_low, c.rope_yarn_high);
       }
       std::printf(", cos and sin times %g\n", c.rope_mscale);
     }

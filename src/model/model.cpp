@@ -32,8 +32,7 @@ static int32_t largest_block(const GgufFile& file, int32_t n_layer, const std::s
 StatusOr<std::unique_ptr<Model>> Model::load(const std::string& path, Backend& backend,
                                              const ModelLoadOptions& options) {
   HELIOS_ASSIGN_OR_RETURN(auto file, GgufFile::open(path));
-  const RopeScaling* rope = options.rope_scaling ? &*options.rope_scaling : nullptr;
-  HELIOS_ASSIGN_OR_RETURN(const ModelConfig config, model_config_from_gguf(*file, rope));
+  HELIOS_ASSIGN_OR_RETURN(const ModelConfig config, model_config_from_gguf(*file, options.rope_scaling));
   HELIOS_ASSIGN_OR_RETURN(auto spec, tokenizer_spec_from_gguf(*file));
   if (static_cast<int32_t>(spec.tokens.size()) != config.n_vocab) {
     return invalid_argument(path + ": the tokenizer has " + std::to_string(spec.tokens.size()) +

@@ -92,8 +92,7 @@ StatusOr<std::unique_ptr<ModelGroup>> ModelGroup::create(const ModelGroupConfig&
     auto c = std::make_unique<Candidate>();
     c->repo = *m;
     HELIOS_ASSIGN_OR_RETURN(auto file, GgufFile::open(m->model.path));
-    const RopeScaling* rope = m->model.rope_scaling ? &*m->model.rope_scaling : nullptr;
-    HELIOS_ASSIGN_OR_RETURN(c->config, model_config_from_gguf(*file, rope));
+    HELIOS_ASSIGN_OR_RETURN(c->config, model_config_from_gguf(*file, m->model.rope_scaling));
     HELIOS_ASSIGN_OR_RETURN(c->info.footprint, model_footprint(m->model.path));
     if (!m->model.early_exit.heads_path.empty()) {
       auto heads = load_exit_heads(m->model.early_exit.heads_path, c->config);

@@ -71,7 +71,7 @@ void apply_rope_scaling(const RopeScaling& r, ModelConfig& c) {
   const float f_scale = 1.0f / c.rope_freq_scale;
   const float temperature = f_scale <= 1.0f ? 1.0f : 0.1f * std::log(f_scale) + 1.0f;
   c.rope_mscale *= temperature * (1.0f / (1.0f + 0.1f * std::log(f_scale)));
-  c.rope_mscale *= 1.0f + 0.1f * std::log(1.0f / c.rope_freq_scale);
+  c.rope_mscale *= 1.0f + 0.1f * std::log(f_scale);
   const double extended = static_cast<double>(n_ctx_orig) * r.factor;
   c.n_ctx_train = static_cast<int32_t>(std::clamp(extended, static_cast<double>(c.n_ctx_train), double{1 << 24}));
 }
@@ -92,7 +92,7 @@ Status RopeScaling::validate() const {
   return ok_status();
 }
 
-StatusOr<ModelConfig> model_config_from_gguf(const GgufFile& f, const RopeScaling* rope_scaling) {
+StatusOr<ModelConfig> model_config_from_gguf(const GgufFile& f, const std::optional<RopeScaling>& rope_scaling) {
   ModelConfig c;
   HELIOS_ASSIGN_OR_RETURN(c.architecture, f.get_string("general.architecture"));
   if (c.architecture != "llama" && c.architecture != "qwen2") {
