@@ -313,10 +313,18 @@ int launch_dequantize_f16(uint32_t weight_type, const void* w, int32_t n_rows, i
                           void* stream);
 int launch_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,
                       float* top1_prob, float* margin, float* entropy, void* stream);
+// The key launch_sample_rows sorts a row's logit by (tempered; -0 as +0), the logit back from a
+// key, and the key bits the sort reads for n_rows rows: keys sorted ascending on those bits put
+// the rows in order and each row in ref_sample_rows' order. Host-callable, for tests on machines
+// without a GPU.
+uint64_t sample_sort_key(int32_t row, float logit, float temperature);
+float sample_sort_key_logit(uint64_t key);
+int sample_sort_end_bit(int32_t n_rows);
 // ref_sample_rows for rows, adjust, token and logprob in device memory, with `workspace` of
-// sample_rows_workspace_bytes(n_rows, n_vocab) bytes (the rows' sort keys and ids, twice, and the
-// sort's own storage). all_greedy: the caller knows every row's temperature is 0, so each row's
-// largest key is found directly instead of sorting the rows (the same tokens, far less work).
+// sample_rows_workspace_bytes(n_rows, n_vocab) bytes (the rows' 64-bit sort keys and ids, twice,
+// and the sort's own storage: about 24 bytes per logit). all_greedy: the caller knows every row's
+// temperature is 0, so each row's largest key is found directly instead of sorting the rows (the
+// same tokens, far less work).
 size_t sample_rows_workspace_bytes(int32_t n_rows, int32_t n_vocab);
 int launch_sample_rows(const float* logits, int32_t n_vocab, const SampleRow* rows, int32_t n_rows,
                        const LogitAdjust* adjust, void* workspace, size_t workspace_bytes, int32_t* token,

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 namespace helios::kernels::cuda {
@@ -50,22 +51,42 @@ __device__ inline float block_max(float v, float* scratch) {
   return warp_max(m);
 }
 
-// KV cache elements: f32, or f16 converted on load and rounded to nearest even on store (as the
-// CPU twin's fp32_to_fp16 and F16C do).
-__device__ __forceinline__ float load_kv(const float* p) { return *p; }
-__device__ __forceinline__ float load_kv(const __half* p) { return __half2float(*p); }
-__device__ __forceinline__ void store_kv(float* p, float x) { *p = x; }
-__device__ __forceinline__ void store_kv(__half* p, float x) { *p = __float2half_rn(x); }
-// FP8 E4M3: round to nearest even, saturating at ±448 (the CPU twin's fp32_to_fp8_e4m3).
-__device__ __forceinline__ float load_kv(const __nv_fp8_e4m3* p) { return static_cast<float>(*p); }
-__device__ __forceinline__ void store_kv(__nv_fp8_e4m3* p, float x) {
-  p->__x = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+// The same bytes as another type, on the device or the host (host-callable code is tested
+// without a GPU); memcpy compiles to a register move.
+template <typename To, typename From>
+__host__ __device__ __forceinline__ To bit_cast(From x) {
+  static_assert(sizeof(To) == sizeof(From), "bit_cast needs types of one size");
+  To out;
+  std::memcpy(&out, &x, sizeof out);
+  return out;
 }
 
 // A float's bits as an unsigned key with the same order (larger float → larger key).
-__device__ __forceinline__ uint32_t order_key(float f) {
-  const uint32_t b = __float_as_uint(f);
+__host__ __device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t b = bit_cast<uint32_t>(f);
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// f32 to f16, rounding to nearest even, as the CPU twin's fp32_to_fp16 (and F16C) do; a NaN keeps
+// its sign as the twin's sign | 0x7E00 (the intrinsic alone gives 0x7FFF).
+__device__ __forceinline__ __half to_half(float x) {
+  if (x != x) {
+    return __ushort_as_half(static_cast<unsigned short>(((bit_cast<uint32_t>(x) >> 16) & 0x8000u) | 0x7E00u));
+  }
+  return __float2half_rn(x);
+}
+
+// KV cache elements: f32, or f16 converted on load and rounded to nearest even on store.
+__device__ __forceinline__ float load_kv(const float* p) { return *p; }
+__device__ __forceinline__ float load_kv(const __half* p) { return __half2float(*p); }
+__device__ __forceinline__ void store_kv(float* p, float x) { *p = x; }
+__device__ __forceinline__ void store_kv(__half* p, float x) { *p = to_half(x); }
+// FP8 E4M3: round to nearest even, saturating at ±448, a NaN as sign | 0x7F (the CPU twin's
+// fp32_to_fp8_e4m3; the intrinsic drops a NaN's sign).
+__device__ __forceinline__ float load_kv(const __nv_fp8_e4m3* p) { return static_cast<float>(*p); }
+__device__ __forceinline__ void store_kv(__nv_fp8_e4m3* p, float x) {
+  p->__x = x != x ? static_cast<__nv_fp8_storage_t>(((bit_cast<uint32_t>(x) >> 24) & 0x80u) | 0x7Fu)
+                  : __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
 }
 
 // f(std::integral_constant<int, R>{}) with R = n_rows, 1 to 8 (more: 8): one instantiation of a

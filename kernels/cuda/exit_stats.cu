@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(kThreads) exit_stats_kernel(const float* logit
   weighted = cuda::block_sum(weighted, scratch);
   if (threadIdx.x == 0) {
     const int32_t r = blockIdx.x;
-    top1[r] = best.i1;
+    top1[r] = best.i1 == INT32_MAX ? 0 : best.i1;  // INT32_MAX: a row of NaNs, whose top-1 the twin says is 0
     top1_prob[r] = 1.0f / sum;
     margin[r] = -expm1f(best.v2 - m) / sum;  // 1 - e^d without cancellation when the top two are close
     entropy[r] = logf(sum) - weighted / sum;

@@ -119,7 +119,7 @@ int gemv_16bit(const float* x, const uint16_t* w, int32_t n_rows, int32_t n_in, 
 __global__ void f32_to_f16_kernel(const float* x, int64_t n, __half* out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    out[i] = __float2half_rn(x[i]);
+    out[i] = cuda::to_half(x[i]);
   }
 }
 

@@ -1,6 +1,7 @@
 // Quantized weights read in their GGUF blocks: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K.
-// A row is walked in units of 32 values; a unit is dequantized in registers, exactly as the
-// host's dequantize_row does (the same float operations), and applied to f32 activations. For a
+// A row is walked in units of 32 values; a unit is dequantized in registers with the host's
+// dequantize_row float operations (on the device a multiply and add may fuse, moving a value by
+// an ulp), and applied to f32 activations. For a
 // few rows (decode) a block stages the activations in shared memory and one warp per output row
 // applies each unit to all of them, 1 to 8 rows in one launch, so the bytes read per token are the
 // file's; for more rows the weights are dequantized to f16 a slice

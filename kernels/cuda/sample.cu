@@ -1,7 +1,9 @@
 // Sampling rows of logits on the device (ref_sample_rows' twin): the adjusted, tempered logits
-// sorted per row by a stable segmented radix sort (ties keep ascending ids), then one block per
-// row walks the order with block scans to the top-p cut, the min-p cut and the draw. No float
-// atomics: the result depends on the data alone.
+// sorted by one stable device-wide radix sort over every row at once (each key holds its row above
+// the logit, so rows stay apart and ties keep ascending ids), then one block per row walks the order
+// with block scans to the top-p cut, the min-p cut and the draw. A device-wide sort keeps the whole
+// GPU at work for one row (a segmented sort gives each row one block: some 150K keys sorted by one
+// SM at batch 1). No float atomics: the result depends on the data alone.
 #include <cub/cub.cuh>
 
 #include <climits>
@@ -16,17 +18,43 @@ namespace {
 constexpr int kThreads = 256;
 constexpr size_t kAlign = 256;
 
+#define HD __host__ __device__ __forceinline__
+
 size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
-// The workspace, cut in the same places by the size query and the launch.
+// --- Sort keys: (row << 32) | ~ascending(logit), sorted ascending: rows in order, and within a
+// row the logits descending, NaN last (as argmax_kernel passes over it).
+
+// The logit tempered, and -0 as +0 (the bits order -0 below +0; the host's comparisons take them
+// as equal, leaving the tie to the ids).
+HD float tempered(float z, float temperature) {
+  const float k = temperature == 0.0f ? z : z / temperature;
+  return k == 0.0f ? 0.0f : k;
+}
+
+HD uint64_t sort_key(int32_t row, float key) {
+  const uint32_t ascending = key != key ? 0u : cuda::order_key(key);
+  return (static_cast<uint64_t>(row) << 32) | ~ascending;
+}
+
+HD float key_logit(uint64_t key) {
+  const uint32_t ascending = ~static_cast<uint32_t>(key);
+  return cuda::bit_cast<float>((ascending & 0x80000000u) ? (ascending & 0x7FFFFFFFu) : ~ascending);
+}
+
+// The key bits the sort reads: the logit's 32 and as many above as the last row's index needs.
+int sort_end_bit(int32_t n_rows) {
+  int bits = 32;
+  while ((uint64_t{1} << (bits - 32)) < static_cast<uint64_t>(n_rows)) ++bits;
+  return bits;
+}
+
+// The workspace, cut in the same places by the size query and the launch: keys and ids twice (the
+// sort's double buffer) and the sort's own storage.
 struct SampleWorkspace {
-  float* keys_in = nullptr;
-  float* keys_out = nullptr;
-  int32_t* ids_in = nullptr;
-  int32_t* ids_out = nullptr;
-  int32_t* offsets = nullptr;  // [n_rows + 1] row starts
+  uint64_t* keys[2] = {nullptr, nullptr};
+  int32_t* ids[2] = {nullptr, nullptr};
   void* sort_storage = nullptr;
-  size_t sort_bytes = 0;
   size_t total = 0;
 };
 
@@ -40,32 +68,22 @@ SampleWorkspace lay_out(void* base, int32_t n_rows, int32_t n_vocab, size_t sort
     return q;
   };
   SampleWorkspace w;
-  w.keys_in = static_cast<float*>(take(n * sizeof(float)));
-  w.keys_out = static_cast<float*>(take(n * sizeof(float)));
-  w.ids_in = static_cast<int32_t*>(take(n * sizeof(int32_t)));
-  w.ids_out = static_cast<int32_t*>(take(n * sizeof(int32_t)));
-  w.offsets = static_cast<int32_t*>(take((n_rows + 1) * sizeof(int32_t)));
+  for (int b = 0; b < 2; ++b) w.keys[b] = static_cast<uint64_t*>(take(n * sizeof(uint64_t)));
+  for (int b = 0; b < 2; ++b) w.ids[b] = static_cast<int32_t*>(take(n * sizeof(int32_t)));
   w.sort_storage = take(sort_bytes);
-  w.sort_bytes = sort_bytes;
   w.total = at;
   return w;
 }
 
-size_t sort_storage_bytes(int32_t n_rows, int32_t n_vocab) {
-  size_t bytes = 0;
-  cub::DeviceSegmentedRadixSort::SortPairsDescending(nullptr, bytes, static_cast<const float*>(nullptr),
-                                                     static_cast<float*>(nullptr), static_cast<const int32_t*>(nullptr),
-                                                     static_cast<int32_t*>(nullptr), n_rows * n_vocab, n_rows,
-                                                     static_cast<const int32_t*>(nullptr),
-                                                     static_cast<const int32_t*>(nullptr));
-  return bytes;
+// Rows a launch can take: the sort's item count is int32, and the rows are a grid's y dimension.
+bool launchable(int32_t n_rows, int32_t n_vocab) {
+  return n_rows > 0 && n_vocab > 0 && n_rows <= 65535 && static_cast<int64_t>(n_rows) * n_vocab <= INT32_MAX;
 }
 
-// The sort key of a logit: tempered, and -0 as +0 (the radix sort orders -0 below +0; the host's
-// comparisons take them as equal, leaving the tie to the ids).
-__device__ __forceinline__ float sort_key(float z, float temperature) {
-  const float k = temperature == 0.0f ? z : z / temperature;
-  return k == 0.0f ? 0.0f : k;
+cudaError_t sort_storage_bytes(int32_t n_rows, int32_t n_vocab, size_t* bytes) {
+  cub::DoubleBuffer<uint64_t> keys(nullptr, nullptr);
+  cub::DoubleBuffer<int32_t> ids(nullptr, nullptr);
+  return cub::DeviceRadixSort::SortPairs(nullptr, *bytes, keys, ids, n_rows * n_vocab, 0, sort_end_bit(n_rows));
 }
 
 // Rounded op by op (no fused multiply-add), as the host's Sampler computes it.
@@ -75,47 +93,44 @@ __device__ __forceinline__ float adjusted(const LogitAdjust& a, float x, float r
   return __fsub_rn(y, a.subtract);
 }
 
-// keys = logits / temperature (as they are when greedy), ids = 0..n_vocab-1; grid (chunks, rows).
-__global__ void tempered_kernel(const float* logits, int32_t n_vocab, const SampleRow* rows, float* keys,
-                                int32_t* ids, int32_t* offsets, int32_t n_rows) {
+// keys from logits / temperature (as they are when greedy), ids = 0..n_vocab-1; grid (chunks, rows).
+__global__ void tempered_kernel(const float* logits, int32_t n_vocab, const SampleRow* rows, uint64_t* keys,
+                                int32_t* ids) {
   const int32_t r = blockIdx.y;
   const int32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    offsets[r] = r * n_vocab;
-    if (r == n_rows - 1) offsets[n_rows] = n_rows * n_vocab;
-  }
   if (i >= n_vocab) return;
   const SampleRow row = rows[r];
   const float x = logits[static_cast<int64_t>(row.logits_row) * n_vocab + i];
   const size_t at = static_cast<size_t>(r) * n_vocab + i;
-  keys[at] = sort_key(x, row.temperature);
+  keys[at] = sort_key(r, tempered(x, row.temperature));
   ids[at] = i;
 }
 
 // The adjusted tokens' keys (each token once per row): one block per row.
 __global__ void adjust_kernel(const float* logits, int32_t n_vocab, const SampleRow* rows, const LogitAdjust* adjust,
-                              float* keys) {
+                              uint64_t* keys) {
   const int32_t r = blockIdx.x;
   const SampleRow row = rows[r];
   for (int32_t a = row.adjust_begin + threadIdx.x; a < row.adjust_end; a += blockDim.x) {
     const int32_t t = adjust[a].token;
     if (t < 0 || t >= n_vocab) continue;
     const float y = adjusted(adjust[a], logits[static_cast<int64_t>(row.logits_row) * n_vocab + t], row.repetition_penalty);
-    keys[static_cast<size_t>(r) * n_vocab + t] = sort_key(y, row.temperature);
+    keys[static_cast<size_t>(r) * n_vocab + t] = sort_key(r, tempered(y, row.temperature));
   }
 }
 
 // Greedy rows only: each row's largest key, the lowest id on ties, into the first id of its sorted
 // order, the only entry select_kernel reads for a greedy row; one block per row.
-__global__ void __launch_bounds__(kThreads) argmax_kernel(const float* keys, int32_t n_vocab, int32_t* sorted_ids) {
+__global__ void __launch_bounds__(kThreads) argmax_kernel(const uint64_t* keys, int32_t n_vocab, int32_t* sorted_ids) {
   __shared__ float warp_key[kThreads / 32];
   __shared__ int32_t warp_id[kThreads / 32];
-  const float* k = keys + static_cast<size_t>(blockIdx.x) * n_vocab;
+  const uint64_t* k = keys + static_cast<size_t>(blockIdx.x) * n_vocab;
   float best = -INFINITY;
   int32_t id = INT_MAX;
   for (int32_t i = threadIdx.x; i < n_vocab; i += kThreads) {  // ascending i: a tie keeps the first
-    if (k[i] > best || (k[i] == best && id == INT_MAX)) {
-      best = k[i];
+    const float v = key_logit(k[i]);
+    if (v > best || (v == best && id == INT_MAX)) {
+      best = v;
       id = i;
     }
   }
@@ -177,21 +192,22 @@ __device__ int32_t first_reaching(Prob prob, int32_t end, double target, SelectS
 
 // One block per row, over its sorted keys and ids.
 __global__ void __launch_bounds__(kThreads) select_kernel(const float* logits, int32_t n_vocab, const SampleRow* rows,
-                                                          const float* sorted_keys, const int32_t* sorted_ids,
-                                                          int32_t* token, float* logprob) {
+                                                          const uint64_t* sorted_keys, const int32_t* sorted_ids,
+                                                          bool all_greedy, int32_t* token, float* logprob) {
   __shared__ SelectShared sh;
   const int32_t r = blockIdx.x;
   const SampleRow row = rows[r];
-  const float* z = sorted_keys + static_cast<size_t>(r) * n_vocab;
+  const uint64_t* keys = sorted_keys + static_cast<size_t>(r) * n_vocab;
+  auto z = [&](int32_t i) { return key_logit(keys[i]); };
   const int32_t* id = sorted_ids + static_cast<size_t>(r) * n_vocab;
   int32_t chosen = id[0];  // greedy: the largest adjusted logit, the lowest id on ties
-  if (row.temperature != 0.0f) {
+  if (row.temperature != 0.0f && !all_greedy) {  // all_greedy: nothing was sorted, only id[0] is set
     const int32_t n = row.top_k > 0 ? min(row.top_k, n_vocab) : n_vocab;
-    const float max_z = z[0];
+    const float max_z = z(0);
     double sum = 0;
-    for (int32_t i = threadIdx.x; i < n; i += kThreads) sum += static_cast<double>(expf(z[i] - max_z));
+    for (int32_t i = threadIdx.x; i < n; i += kThreads) sum += static_cast<double>(expf(z(i) - max_z));
     sum = cuda::block_sum(sum, sh.sums);
-    auto prob = [&](int32_t i) { return static_cast<float>(static_cast<double>(expf(z[i] - max_z)) / sum); };
+    auto prob = [&](int32_t i) { return static_cast<float>(static_cast<double>(expf(z(i) - max_z)) / sum); };
 
     int32_t keep = n;
     if (row.top_p < 1.0f) {
@@ -235,36 +251,46 @@ __global__ void __launch_bounds__(kThreads) select_kernel(const float* logits, i
 
 }  // namespace
 
+uint64_t sample_sort_key(int32_t row, float logit, float temperature) {
+  return sort_key(row, tempered(logit, temperature));
+}
+float sample_sort_key_logit(uint64_t key) { return key_logit(key); }
+int sample_sort_end_bit(int32_t n_rows) { return sort_end_bit(n_rows); }
+
 size_t sample_rows_workspace_bytes(int32_t n_rows, int32_t n_vocab) {
-  if (n_rows <= 0 || n_vocab <= 0) return 0;
-  return lay_out(nullptr, n_rows, n_vocab, sort_storage_bytes(n_rows, n_vocab)).total;
+  size_t sort_bytes = 0;
+  if (!launchable(n_rows, n_vocab) || sort_storage_bytes(n_rows, n_vocab, &sort_bytes) != cudaSuccess) return 0;
+  return lay_out(nullptr, n_rows, n_vocab, sort_bytes).total;
 }
 
 int launch_sample_rows(const float* logits, int32_t n_vocab, const SampleRow* rows, int32_t n_rows,
                        const LogitAdjust* adjust, void* workspace, size_t workspace_bytes, int32_t* token,
                        float* logprob, void* stream, bool all_greedy) {
   if (n_rows <= 0 || n_vocab <= 0) return 0;
-  // The sort's item count and the offsets are int32, and the rows are the grid's y dimension.
-  if (static_cast<int64_t>(n_rows) * n_vocab > INT32_MAX || n_rows > 65535) {
-    return static_cast<int>(cudaErrorInvalidValue);
+  if (!launchable(n_rows, n_vocab)) return static_cast<int>(cudaErrorInvalidValue);
+  size_t sort_bytes = 0;
+  if (const cudaError_t e = sort_storage_bytes(n_rows, n_vocab, &sort_bytes); e != cudaSuccess) {
+    return static_cast<int>(e);
   }
-  const SampleWorkspace w = lay_out(workspace, n_rows, n_vocab, sort_storage_bytes(n_rows, n_vocab));
+  const SampleWorkspace w = lay_out(workspace, n_rows, n_vocab, sort_bytes);
   if (workspace_bytes < w.total) return static_cast<int>(cudaErrorInvalidValue);
   cudaStream_t s = cuda::as_stream(stream);
   const dim3 grid((n_vocab + kThreads - 1) / kThreads, n_rows);
-  tempered_kernel<<<grid, kThreads, 0, s>>>(logits, n_vocab, rows, w.keys_in, w.ids_in, w.offsets, n_rows);
-  adjust_kernel<<<n_rows, kThreads, 0, s>>>(logits, n_vocab, rows, adjust, w.keys_in);
+  tempered_kernel<<<grid, kThreads, 0, s>>>(logits, n_vocab, rows, w.keys[0], w.ids[0]);
+  adjust_kernel<<<n_rows, kThreads, 0, s>>>(logits, n_vocab, rows, adjust, w.keys[0]);
   if (int e = cuda::launch_status(); e != 0) return e;
-  if (all_greedy) {
-    argmax_kernel<<<n_rows, kThreads, 0, s>>>(w.keys_in, n_vocab, w.ids_out);
+  cub::DoubleBuffer<uint64_t> keys(w.keys[0], w.keys[1]);
+  cub::DoubleBuffer<int32_t> ids(w.ids[0], w.ids[1]);
+  if (all_greedy) {  // select_kernel reads only each row's first id
+    argmax_kernel<<<n_rows, kThreads, 0, s>>>(w.keys[0], n_vocab, w.ids[1]);
+    ids.selector = 1;
   } else {
-    size_t sort_bytes = w.sort_bytes;
-    const cudaError_t sorted = cub::DeviceSegmentedRadixSort::SortPairsDescending(
-        w.sort_storage, sort_bytes, w.keys_in, w.keys_out, w.ids_in, w.ids_out, n_rows * n_vocab, n_rows, w.offsets,
-        w.offsets + 1, 0, static_cast<int>(sizeof(float) * 8), s);
+    const cudaError_t sorted = cub::DeviceRadixSort::SortPairs(w.sort_storage, sort_bytes, keys, ids, n_rows * n_vocab,
+                                                               0, sort_end_bit(n_rows), s);
     if (sorted != cudaSuccess) return static_cast<int>(sorted);
   }
-  select_kernel<<<n_rows, kThreads, 0, s>>>(logits, n_vocab, rows, w.keys_out, w.ids_out, token, logprob);
+  select_kernel<<<n_rows, kThreads, 0, s>>>(logits, n_vocab, rows, keys.Current(), ids.Current(), all_greedy, token,
+                                            logprob);
   return cuda::launch_status();
 }
 

@@ -100,6 +100,9 @@ class FaultBackend final : public Backend {
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override { inner_->swiglu(gate, up, n, out); }
   void add(float* x, const float* y, int64_t n) override { inner_->add(x, y, n); }
   size_t free_device_bytes() const override { return inner_->free_device_bytes(); }
+  Status reserve_scratch(int32_t n_tokens, const std::vector<WeightMatrix>& matrices, int32_t n_vocab) override {
+    return inner_->reserve_scratch(n_tokens, matrices, n_vocab);
+  }
   bool supports_embedding_type(TensorType t) const override { return inner_->supports_embedding_type(t); }
   void embedding_rows(const int32_t* tokens, int32_t n_tokens, const WeightMatrix& table, float* out) override {
     inner_->embedding_rows(tokens, n_tokens, table, out);

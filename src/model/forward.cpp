@@ -111,7 +111,12 @@ struct Model::Pass {
 
 Status Model::reserve_own_workspace(int32_t n_tokens) {
   if (!ws_) ws_ = std::make_shared<Workspace>();
-  return ws_->reserve(backend_, config_, n_tokens);
+  HELIOS_RETURN_IF_ERROR(ws_->reserve(backend_, config_, n_tokens));
+  std::vector<WeightMatrix> matrices = {weights_.output.view};
+  for (const LayerWeights& l : weights_.layers) {
+    for (const Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) matrices.push_back(m->view);
+  }
+  return backend_.reserve_scratch(n_tokens, matrices, config_.n_vocab);
 }
 
 void Model::head_logits(const float* states, const std::vector<int32_t>& rows, int32_t layer, int32_t vocab) {

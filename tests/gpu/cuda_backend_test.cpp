@@ -131,6 +131,27 @@ TEST(CudaBackend, DecisionOpsMatchTheDefaults) {
   EXPECT_GT(be->free_device_bytes(), 0u);
 }
 
+// The scratch a pass takes is taken before the KV cache is sized: free memory drops by about
+// what a 2048-token pass over a quantized 7B layer needs, and a pass too large for the device is
+// refused with RESOURCE_EXHAUSTED, leaving the backend without a fault (alloc's contract).
+TEST(CudaBackend, ReserveScratchTakesThePassMemoryBeforeTheKvCache) {
+  HELIOS_REQUIRE_GPU();
+  auto be = cuda_backend();
+  ASSERT_NE(be, nullptr);
+  Buffer w(be.get(), 16);  // any device pointer: reserve_scratch reads the matrices' shapes alone
+  const std::vector<WeightMatrix> layer = {{w.data(), TensorType::kQ4_K, 11008, 4096},
+                                           {w.data(), TensorType::kQ6_K, 4096, 11008}};
+  const size_t before = be->free_device_bytes();
+  ASSERT_TRUE(be->reserve_scratch(2048, layer, 32000).ok());
+  const size_t want = 2048u * 11008 * 2 + 11008u * 4096 * 2;  // activations and one dequantized slice
+  EXPECT_GE(before - be->free_device_bytes(), want);
+  EXPECT_TRUE(be->reserve_scratch(2048, layer, 32000).ok()) << "a second call takes nothing more";
+  const Status huge = be->reserve_scratch(1 << 30, layer, 32000);
+  EXPECT_EQ(huge.code(), StatusCode::kResourceExhausted) << huge.to_string();
+  EXPECT_NE(huge.message().find("max_batched_tokens"), std::string::npos) << huge.to_string();
+  EXPECT_TRUE(be->error().ok()) << be->error().to_string();
+}
+
 std::string stories_path() {
   const std::string path = testing::stories260k_path();
   return std::filesystem::exists(path) ? path : "";

@@ -1,6 +1,9 @@
 // Exit-confidence statistics against ref_exit_stats (which sums in double).
 // Tolerances: top-1 id exact; probabilities and margin 1e-5 relative + 1e-7 absolute; entropy
 // 1e-4 absolute (float sums over up to 128K exponentials).
+#include <cmath>
+#include <vector>
+
 #include "gpu/gpu_test_util.h"
 #include "kernels/kernels.h"
 
@@ -34,6 +37,18 @@ TEST(GpuParity, ExitStatsMatchTheCpuTwin) {
     EXPECT_TRUE(all_near(d_margin.to_host(), margin, 1e-5f, 1e-7f)) << "margin, n_vocab " << n_vocab;
     EXPECT_TRUE(all_near(d_entropy.to_host(), entropy, 0.0f, 1e-4f)) << "entropy, n_vocab " << n_vocab;
   }
+  // A row of NaNs (a forward pass gone wrong): top-1 is 0, as the twin says, not an id past the
+  // vocabulary that would be emitted as a token.
+  const std::vector<float> nans(1000, NAN);
+  int32_t want = -1;
+  float unused[3];
+  kernels::ref_exit_stats(nans.data(), 1, 1000, &want, &unused[0], &unused[1], &unused[2]);
+  DeviceArray<float> d_nans(nans), d_stats(3);
+  DeviceArray<int32_t> d_top1(1);
+  ASSERT_EQ(kernels::launch_exit_stats(d_nans.get(), 1, 1000, d_top1.get(), d_stats.get(), d_stats.get() + 1,
+                                       d_stats.get() + 2, nullptr), 0);
+  EXPECT_EQ(want, 0);
+  EXPECT_EQ(d_top1.to_host()[0], want);
 }
 
 }  // namespace

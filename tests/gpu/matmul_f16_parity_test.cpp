@@ -79,8 +79,9 @@ TEST(GpuParity, F32ToBf16RoundsAsTheCpuTwin) {
 TEST(GpuParity, F32ToF16RoundsAsTheCpuTwin) {
   HELIOS_REQUIRE_GPU();
   auto x = normal_floats(10000, 11, 100.0f);
-  // Edge cases: ties, subnormals, overflow, signed zero.
-  for (float v : {0.0f, -0.0f, 65504.0f, 65520.0f, 1e6f, -1e6f, 5.96e-8f, 2.98e-8f, 6.1e-5f, 1.00048828125f})
+  // Edge cases: ties, subnormals, overflow, signed zero, infinities and NaNs of both signs.
+  for (float v : {0.0f, -0.0f, 65504.0f, 65520.0f, 1e6f, -1e6f, 5.96e-8f, 2.98e-8f, 6.1e-5f, 1.00048828125f, INFINITY,
+                  -INFINITY, NAN, -NAN})
     x.push_back(v);
   const auto want = convert(kernels::ref_f32_to_f16, x);
   DeviceArray<float> d_x(x);

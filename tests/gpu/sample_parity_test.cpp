@@ -3,7 +3,10 @@
 // draw landing within ~1e-12 of a boundary between two tokens could differ; none of these do);
 // logprobs 1e-4 absolute (float exponentials summed in double over up to 152K logits). Groups of
 // greedy rows skip the sort (all_greedy): both paths are compared with the twin.
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -102,6 +105,63 @@ TEST(GpuParity, SampleRowsMatchTheCpuTwin) {
       EXPECT_TRUE(gpu_test::all_near(d_logprob.to_host(), want_logprob, 0.0f, 1e-4f))
           << "greedy logprobs, all_greedy " << all_greedy << ", n_vocab " << n_vocab;
     }
+  }
+}
+
+// The device sorts every row at once by one 64-bit key per logit (its row above it). Without a
+// GPU: sorted as cub's stable radix sort sorts them (ascending on the first sample_sort_end_bit
+// bits, ties in input order), the keys give each row the twin's order, ties, -0 and denormals
+// included, and a greedy row's first id is the twin's argmax; NaN goes last, as the argmax skips it.
+TEST(SampleSortKeys, SortedKeysGiveEachRowTheTwinsOrder) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const int32_t n_vocab = 600;
+  const std::vector<float> temperatures = {0.0f, 0.7f, 1.3f, 1.0f};
+  const auto n_rows = static_cast<int32_t>(temperatures.size());
+  auto logits = normal_floats(static_cast<size_t>(n_rows) * n_vocab, 11, 4.0f);
+  const std::vector<float> special = {-0.0f, 0.0f, inf, -inf, 1e-40f, -1e-40f, 3.4e38f, -3.4e38f, 2.5f, 2.5f, -0.0f};
+  for (int32_t r = 0; r < n_rows; ++r) {
+    float* row = logits.data() + static_cast<size_t>(r) * n_vocab;
+    for (size_t k = 0; k < special.size(); ++k) row[37 * k + r] = special[k];
+    for (int32_t i = 400; i < n_vocab; ++i) row[i] = std::round(row[i]);  // many ties
+  }
+  const int end_bit = kernels::sample_sort_end_bit(n_rows);
+  ASSERT_EQ(end_bit, 34);
+  std::vector<uint64_t> keys(logits.size());
+  for (size_t at = 0; at < logits.size(); ++at) {
+    const auto r = static_cast<int32_t>(at / n_vocab);
+    keys[at] = kernels::sample_sort_key(r, logits[at], temperatures[r]);
+    ASSERT_EQ(keys[at] >> end_bit, 0u) << "a key holds bits the sort does not read";
+    const float tempered = temperatures[r] == 0.0f ? logits[at] : logits[at] / temperatures[r];
+    const float back = kernels::sample_sort_key_logit(keys[at]);
+    EXPECT_EQ(back, tempered) << "logit " << logits[at] << " at " << at;
+    EXPECT_FALSE(std::signbit(back) && back == 0.0f) << "-0 sorts as +0";
+  }
+  std::vector<size_t> order(keys.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return keys[a] < keys[b]; });
+  for (int32_t r = 0; r < n_rows; ++r) {
+    const float t = temperatures[r] == 0.0f ? 1.0f : temperatures[r];
+    std::vector<std::pair<float, int32_t>> want(n_vocab);
+    for (int32_t i = 0; i < n_vocab; ++i) want[i] = {logits[static_cast<size_t>(r) * n_vocab + i] / t, i};
+    std::stable_sort(want.begin(), want.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (int32_t i = 0; i < n_vocab; ++i) {
+      const size_t at = order[static_cast<size_t>(r) * n_vocab + i];
+      ASSERT_EQ(at / n_vocab, static_cast<size_t>(r)) << "rows stay apart";
+      ASSERT_EQ(static_cast<int32_t>(at % n_vocab), want[i].second) << "row " << r << " place " << i;
+    }
+  }
+  // A greedy row: its first id is max_element's (the -0 before +0 tie goes to the lower id).
+  const float* row0 = logits.data();
+  EXPECT_EQ(static_cast<int32_t>(order[0]), static_cast<int32_t>(std::max_element(row0, row0 + n_vocab) - row0));
+
+  // NaN: after -inf, so a row's first key is its largest number.
+  const uint64_t key_nan = kernels::sample_sort_key(0, nan, 1.0f), key_low = kernels::sample_sort_key(0, -inf, 1.0f);
+  EXPECT_GT(key_nan, key_low);
+  EXPECT_LT(key_nan, kernels::sample_sort_key(1, inf, 1.0f)) << "a NaN stays in its row";
+  EXPECT_TRUE(std::isnan(kernels::sample_sort_key_logit(key_nan)));
+  const std::vector<std::pair<int32_t, int>> end_bits = {{1, 32}, {2, 33}, {3, 34}, {32, 37}, {33, 38}, {65535, 48}};
+  for (const auto& [rows, bits] : end_bits) {
+    EXPECT_EQ(kernels::sample_sort_end_bit(rows), bits) << rows << " rows";
   }
 }
 

@@ -57,6 +57,7 @@ namespace {
 
 constexpr int32_t kGemvMaxRows = 8;   // rows through a matrix-vector kernel (one launch), more via cuBLAS
 constexpr int32_t kDequantRows = 16384;  // weight rows dequantized at a time for a quantized GEMM
+constexpr int32_t kSampleGroup = 32;     // rows sampled in one launch (the sort's workspace grows with them)
 
 bool quantized_type(TensorType t) {
   switch (t) {
@@ -182,6 +183,7 @@ class CudaBackend final : public Backend {
   void add(float* x, const float* y, int64_t n) override;
 
   size_t free_device_bytes() const override;
+  Status reserve_scratch(int32_t n_tokens, const std::vector<WeightMatrix>& matrices, int32_t n_vocab) override;
   void add_rmsnorm(float* x, const float* y, const float* weight, int32_t n_rows, int32_t dim,
                    float eps, float* out) override;
   void exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,
@@ -240,6 +242,7 @@ class CudaBackend final : public Backend {
   // Called at the start of an op, never between two stage() calls whose pointers one launch uses.
   void trim_staged();
   void* scratch(Scratch which, size_t bytes);
+  cudaError_t grow_scratch(Scratch which, size_t bytes);  // at least `bytes` in scratch_[which]
 
   int device_;
   cudaStream_t stream_ = nullptr;
@@ -505,7 +508,7 @@ const int32_t* CudaBackend::stage(const int32_t* host, size_t n) {
     return s.device;
   }
   if (n > s.capacity || !s.device) {
-    cudaFree(s.device);
+    ok(cudaFree(s.device), "cudaFree (index array)");
     s.device = nullptr;
     s.capacity = std::max<size_t>(n, 256);
     void* p = nullptr;
@@ -526,24 +529,66 @@ const int32_t* CudaBackend::stage(const int32_t* host, size_t n) {
 
 void CudaBackend::trim_staged() {
   if (recording_.load() || staged_.size() <= kMaxStagedArrays) return;
-  for (auto& [host, s] : staged_) cudaFree(s.device);  // waits for the launches that read them
+  // cudaFree waits for the launches that read them.
+  for (auto& [host, s] : staged_) ok(cudaFree(s.device), "cudaFree (index array)");
   staged_.clear();
 }
 
 void* CudaBackend::scratch(Scratch which, size_t bytes) {
-  if (bytes <= scratch_bytes_[which] && scratch_[which]) return scratch_[which];
+  return ok(grow_scratch(which, bytes), "cudaMalloc (scratch)") ? scratch_[which] : nullptr;
+}
+
+cudaError_t CudaBackend::grow_scratch(Scratch which, size_t bytes) {
+  if (bytes <= scratch_bytes_[which] && scratch_[which]) return cudaSuccess;
   if (recording_.load()) {
     release(scratch_[which]);
   } else {
-    cudaFree(scratch_[which]);  // waits for the work that may still use it
+    ok(cudaFree(scratch_[which]), "cudaFree (scratch)");  // waits for the work that may still use it
   }
   scratch_[which] = nullptr;
   scratch_bytes_[which] = 0;
   void* p = nullptr;
-  if (!ok(cudaMalloc(&p, bytes), "cudaMalloc (scratch)")) return nullptr;
+  if (const cudaError_t e = cudaMalloc(&p, bytes); e != cudaSuccess) return e;
   scratch_[which] = p;
   scratch_bytes_[which] = bytes;
-  return p;
+  return cudaSuccess;
+}
+
+// What matmul (cuBLAS for more than kGemvMaxRows rows: the activations in 16 bits, a quantized
+// matrix's rows dequantized a slice at a time), exit_stats and sample_rows take for a pass.
+Status CudaBackend::reserve_scratch(int32_t n_tokens, const std::vector<WeightMatrix>& matrices, int32_t n_vocab) {
+  bind();
+  if (n_tokens <= 0) return ok_status();
+  const auto tokens = static_cast<size_t>(n_tokens);
+  size_t half_x = 0, half_w = 0;
+  for (const WeightMatrix& w : matrices) {
+    if (!w.data || w.type == TensorType::kF32 || n_tokens <= kGemvMaxRows) continue;
+    half_x = std::max(half_x, tokens * w.n_in * sizeof(uint16_t));
+    if (quantized_type(w.type)) {
+      half_w = std::max(half_w, static_cast<size_t>(std::min(kDequantRows, w.n_out)) * w.n_in * sizeof(uint16_t));
+    }
+  }
+  const struct {
+    Scratch which;
+    size_t bytes;
+    const char* what;
+  } needs[] = {
+      {kScratchHalfX, half_x, "activations in 16 bits for cuBLAS"},
+      {kScratchHalfW, half_w, "quantized weights dequantized for cuBLAS"},
+      {kScratchStats, 16 * tokens, "exit statistics"},
+      {kScratchSample, kernels::sample_rows_workspace_bytes(std::min(n_tokens, kSampleGroup), n_vocab),
+       "the sampling sort"},
+  };
+  for (const auto& need : needs) {
+    if (need.bytes == 0) continue;
+    if (const cudaError_t e = grow_scratch(need.which, need.bytes); e != cudaSuccess) {
+      cudaGetLastError();  // an allocation that failed leaves nothing behind
+      return resource_exhausted(name() + ": no room for the " + std::to_string(need.bytes >> 20) + " MiB of " +
+                                need.what + " a " + std::to_string(n_tokens) + "-token pass needs (" +
+                                cudaGetErrorName(e) + "); lower engine.max_batched_tokens, or load a smaller model");
+    }
+  }
+  return ok_status();
 }
 
 // --- ops
@@ -759,12 +804,11 @@ const uint8_t* CudaBackend::enqueue_exit_stats(const float* logits, int32_t n_ro
 const uint8_t* CudaBackend::enqueue_sample(const float* logits, int32_t n_vocab, const kernels::SampleRow* rows,
                                            int32_t n_rows, const kernels::LogitAdjust* adjust, int32_t n_adjust) {
   // [rows | adjust | token | logprob], 8-byte aligned: the first two go up. Rows go through in
-  // groups so the sort's workspace stays bounded (about 16 bytes per logit).
-  constexpr int32_t kGroup = 32;
+  // groups so the sort's workspace stays bounded (about 24 bytes per logit).
   const size_t rows_bytes = sizeof(kernels::SampleRow) * n_rows, adjust_bytes = sizeof(kernels::LogitAdjust) * n_adjust;
   const size_t adjust_at = (rows_bytes + 7) / 8 * 8, out_at = adjust_at + (adjust_bytes + 7) / 8 * 8;
   auto* io = static_cast<uint8_t*>(scratch(kScratchSampleIo, out_at + 8 * static_cast<size_t>(n_rows)));
-  const int32_t group = std::min(n_rows, kGroup);
+  const int32_t group = std::min(n_rows, kSampleGroup);
   const size_t ws_bytes = kernels::sample_rows_workspace_bytes(group, n_vocab);
   void* ws = scratch(kScratchSample, ws_bytes);
   if (!io || !ws) return nullptr;
@@ -777,8 +821,8 @@ const uint8_t* CudaBackend::enqueue_sample(const float* logits, int32_t n_vocab,
       !ok(cudaMemcpyAsync(d_adjust, adjust, adjust_bytes, cudaMemcpyHostToDevice, stream_), "sample_rows (adjust)")) {
     return nullptr;
   }
-  for (int32_t first = 0; first < n_rows; first += kGroup) {
-    const int32_t n = std::min(kGroup, n_rows - first);
+  for (int32_t first = 0; first < n_rows; first += kSampleGroup) {
+    const int32_t n = std::min(kSampleGroup, n_rows - first);
     const bool all_greedy = std::all_of(rows + first, rows + first + n, [](const kernels::SampleRow& r) {
       return r.temperature == 0.0f;
     });
@@ -848,7 +892,10 @@ void CudaBackend::exit_stats_and_sample(const float* logits, int32_t n_rows, int
                                         float* logprob) {
   end_graph();
   bind();
-  if (n_rows <= 0) return;
+  if (n_rows <= 0) {
+    if (n_draws > 0) sample_rows(logits, n_vocab, draws, n_draws, adjust, n_adjust, token, logprob);
+    return;
+  }
   if (n_draws <= 0) {
     exit_stats(logits, n_rows, n_vocab, top1, top1_prob, margin, entropy);
     return;
@@ -930,9 +977,7 @@ void CudaBackend::end_graph() {
     const StepGraphCache::Decision d = graphs_.decide(key_);
     if (d.action == StepGraphCache::Action::kReplay) {
       if (ok(cudaGraphLaunch(static_cast<cudaGraphExec_t>(d.graph), stream_), "cudaGraphLaunch")) ++counters_.replayed;
-    } else if (d.action == StepGraphCache::Action::kCapture && capture_step()) {
-      ++counters_.captured;
-    } else {
+    } else if (d.action != StepGraphCache::Action::kCapture || !capture_step()) {  // a capture counts itself
       for (auto& run : pending_) run();
       ++counters_.run;
     }
@@ -974,7 +1019,7 @@ bool CudaBackend::capture_step() {
     ok(cudaStreamSynchronize(stream_), "step graph (cudaStreamSynchronize)");
     cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(old));
   }
-  ok(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
+  if (ok(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch")) ++counters_.captured;
   return true;
 }
 
