@@ -286,6 +286,9 @@ int32_t attention_tile_tokens(int32_t n_heads, int32_t n_kv_heads, int32_t head_
 bool paged_attention_supports(int32_t n_heads, int32_t n_kv_heads, int32_t head_dim);
 int64_t paged_attention_workspace_floats(int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads,
                                          int32_t head_dim, ContextSpan span);
+// The most paged_attention_workspace_floats gives for these heads, whatever the tokens and
+// contexts (a pass of many tokens takes fewer, longer splits), so it can be reserved ahead.
+int64_t paged_attention_workspace_bound(int32_t n_heads, int32_t head_dim);
 int launch_paged_attention(const float* q, const PagedKV& cache, const AttentionPlan& plan,
                            int32_t n_heads, float scale, const AttentionTiles& tiles, float* workspace,
                            float* out, void* stream);

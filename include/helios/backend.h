@@ -33,6 +33,15 @@ struct WeightMatrix {
   WeightLayout layout = WeightLayout::kRows;
 };
 
+// The largest pass a model runs (Backend::reserve_scratch): its tokens, its matrices, its
+// attention heads and its vocabulary.
+struct PassShape {
+  int32_t n_tokens = 0;
+  std::vector<WeightMatrix> matrices;
+  int32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  int32_t n_vocab = 0;
+};
+
 // How a backend's step graphs went (Backend::graph_counters): steps run op by op, captured into
 // a graph, and replayed from one.
 struct GraphCounters {
@@ -97,14 +106,10 @@ class Backend {
   // size the KV cache); 0 when the backend has no memory of its own (the CPU), i.e. size from
   // physical memory instead.
   virtual size_t free_device_bytes() const { return 0; }
-  // Takes now the scratch memory the ops would otherwise allocate at their first use in a pass of
-  // up to n_tokens tokens over these matrices, with n_vocab logits a row, so that a KV cache sized
-  // afterwards from free_device_bytes() leaves room for it. RESOURCE_EXHAUSTED when it does not
-  // fit. Memory that grows with the context (CUDA attention's splits) is still taken when needed.
-  virtual Status reserve_scratch(int32_t /*n_tokens*/, const std::vector<WeightMatrix>& /*matrices*/,
-                                 int32_t /*n_vocab*/) {
-    return ok_status();
-  }
+  // Takes now the scratch memory the ops would otherwise allocate at their first use in a pass as
+  // large as `pass`, so that a KV cache sized afterwards from free_device_bytes() leaves room for
+  // it. RESOURCE_EXHAUSTED when it does not fit.
+  virtual Status reserve_scratch(const PassShape& /*pass*/) { return ok_status(); }
   // Embedding-table types embedding_rows() gathers from as they are (the default: F32 only); the
   // loader turns a table of another type into F32.
   virtual bool supports_embedding_type(TensorType type) const { return type == TensorType::kF32; }

@@ -25,6 +25,10 @@ constexpr int kMaxRows = 32;           // query rows (tokens × heads of a group
 constexpr int kMaxHeadDim = 256;       // a lane holds head_dim / 32 values of a K row
 constexpr int kTargetBlocks = 264;     // about two blocks per SM on a 132-SM H100/H200
 constexpr int kMinSplitLen = 256;      // shorter splits cost more in merging than they gain
+// (token, split) pairs whose partial outputs one launch may keep: a pass of many tokens (a
+// prefill chunk beside a long decode) takes longer splits instead, its tiles filling the GPU
+// anyway, so the workspace has a bound to reserve (paged_attention_workspace_bound).
+constexpr int64_t kMaxTokenSplits = 4096;
 constexpr size_t kMaxSharedBytes = 48 * 1024;
 
 struct Split {
@@ -33,11 +37,14 @@ struct Split {
 };
 
 // About kTargetBlocks blocks of real work over the tiles' total context, at least kMinSplitLen
-// positions each: the split length is the same for every tile, the number of splits each one's.
-Split plan_splits(int32_t n_kv_heads, ContextSpan span) {
+// positions each, and at most kMaxTokenSplits (token, split) pairs: the split length is the same
+// for every tile, the number of splits each one's.
+Split plan_splits(int32_t n_tokens, int32_t n_kv_heads, ContextSpan span) {
   const int64_t longest = std::max<int64_t>(span.longest, 1);
   const int64_t per_block = (std::max<int64_t>(span.total, 1) * n_kv_heads + kTargetBlocks - 1) / kTargetBlocks;
-  const int64_t len = std::min(std::max<int64_t>(per_block, kMinSplitLen), longest);
+  const int64_t max_splits = std::max<int64_t>(1, kMaxTokenSplits / std::max(n_tokens, 1));
+  const int64_t len = std::min(std::max({per_block, int64_t{kMinSplitLen}, (longest + max_splits - 1) / max_splits}),
+                               longest);
   Split s;
   s.len = static_cast<int32_t>((len + kTile - 1) / kTile * kTile);
   s.n = static_cast<int32_t>((longest + s.len - 1) / s.len);
@@ -258,9 +265,13 @@ int32_t attention_tile_tokens(int32_t n_heads, int32_t n_kv_heads, int32_t head_
 int64_t paged_attention_workspace_floats(int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads,
                                          int32_t head_dim, ContextSpan span) {
   if (n_tokens <= 0 || n_kv_heads <= 0 || span.longest <= 0) return 0;
-  const Split s = plan_splits(n_kv_heads, span);
+  const Split s = plan_splits(n_tokens, n_kv_heads, span);
   if (s.n == 1) return 0;
   return static_cast<int64_t>(n_tokens) * n_heads * s.n * (head_dim + 2);
+}
+
+int64_t paged_attention_workspace_bound(int32_t n_heads, int32_t head_dim) {
+  return kMaxTokenSplits * std::max(n_heads, 0) * (std::max(head_dim, 0) + 2);
 }
 
 int launch_paged_attention(const float* q, const PagedKV& cache, const AttentionPlan& plan,
@@ -280,7 +291,7 @@ int launch_paged_attention(const float* q, const PagedKV& cache, const Attention
     return static_cast<int>(cudaErrorInvalidConfiguration);
   }
   const int32_t n_tiles = tiles.first ? tiles.n_tiles : plan.n_tokens;
-  const Split s = plan_splits(cache.n_kv_heads, tiles.span);
+  const Split s = plan_splits(plan.n_tokens, cache.n_kv_heads, tiles.span);
   if (s.n > 1 && workspace == nullptr) return static_cast<int>(cudaErrorInvalidValue);
   const int64_t n_items = static_cast<int64_t>(plan.n_tokens) * n_heads;
   float* part_out = workspace;

@@ -62,7 +62,8 @@ class FaultBackend final : public Backend {
     matmuls_.fetch_add(1);
   }
 
-  // Everything else is the inner backend's.
+  // Everything else is the inner backend's, so a run with faults takes the production path (its
+  // weight layouts, device sampling and step graphs).
   float* alloc(size_t n) override { return inner_->alloc(n); }
   void free(float* p) override { inner_->free(p); }
   void upload(float* dst, const float* src, size_t n) override { inner_->upload(dst, src, n); }
@@ -75,6 +76,9 @@ class FaultBackend final : public Backend {
   void copy_wait() override { inner_->copy_wait(); }
   void copy_fence() override { inner_->copy_fence(); }
   bool supports_weight_type(TensorType t) const override { return inner_->supports_weight_type(t); }
+  WeightLayout matmul_layout(TensorType t, int32_t n_out, int32_t n_in) const override {
+    return inner_->matmul_layout(t, n_out, n_in);
+  }
   bool supports_kv_type(kernels::KvType t) const override { return inner_->supports_kv_type(t); }
   Status check_attention_shape(int32_t n_heads, int32_t n_kv_heads, int32_t head_dim) const override {
     return inner_->check_attention_shape(n_heads, n_kv_heads, head_dim);
@@ -100,9 +104,7 @@ class FaultBackend final : public Backend {
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override { inner_->swiglu(gate, up, n, out); }
   void add(float* x, const float* y, int64_t n) override { inner_->add(x, y, n); }
   size_t free_device_bytes() const override { return inner_->free_device_bytes(); }
-  Status reserve_scratch(int32_t n_tokens, const std::vector<WeightMatrix>& matrices, int32_t n_vocab) override {
-    return inner_->reserve_scratch(n_tokens, matrices, n_vocab);
-  }
+  Status reserve_scratch(const PassShape& pass) override { return inner_->reserve_scratch(pass); }
   bool supports_embedding_type(TensorType t) const override { return inner_->supports_embedding_type(t); }
   void embedding_rows(const int32_t* tokens, int32_t n_tokens, const WeightMatrix& table, float* out) override {
     inner_->embedding_rows(tokens, n_tokens, table, out);
@@ -115,6 +117,21 @@ class FaultBackend final : public Backend {
                   float* margin, float* entropy) override {
     inner_->exit_stats(logits, n_rows, n_vocab, top1, top1_prob, margin, entropy);
   }
+  void sample_rows(const float* logits, int32_t n_vocab, const kernels::SampleRow* rows, int32_t n_rows,
+                   const kernels::LogitAdjust* adjust, int32_t n_adjust, int32_t* token, float* logprob) override {
+    inner_->sample_rows(logits, n_vocab, rows, n_rows, adjust, n_adjust, token, logprob);
+  }
+  void exit_stats_and_sample(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1, float* top1_prob,
+                             float* margin, float* entropy, const kernels::SampleRow* draws, int32_t n_draws,
+                             const kernels::LogitAdjust* adjust, int32_t n_adjust, int32_t* token,
+                             float* logprob) override {
+    inner_->exit_stats_and_sample(logits, n_rows, n_vocab, top1, top1_prob, margin, entropy, draws, n_draws, adjust,
+                                  n_adjust, token, logprob);
+  }
+  void begin_graph() override { inner_->begin_graph(); }
+  void end_graph() override { inner_->end_graph(); }
+  void set_graphs(bool on) override { inner_->set_graphs(on); }
+  GraphCounters graph_counters() const override { return inner_->graph_counters(); }
 
  private:
   bool armed() const { return !trigger_ || trigger_->armed.load(); }

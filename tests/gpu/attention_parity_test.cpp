@@ -140,6 +140,7 @@ TEST(GpuParity, PagedAttentionPrefillAndMixedBatchesMatchTheCpuTwin) {
     check_attention(sh, {{48, 33}, {0, 5}, {700, 1}, {15, 1}}, 5);  // a chunk, a prompt, decodes
     check_attention(sh, {{1000, 300}}, 6);                        // a long chunk after a long cache
     check_attention(sh, {{0, 600}, {3000, 40}, {20, 1}}, 8);      // long chunks: tiles and splits both
+    check_attention(sh, {{0, 1500}, {6000, 1}}, 9);  // so many tokens that the long decode takes longer splits
   }
 }
 
@@ -183,6 +184,27 @@ TEST(AttentionShapes, ServedModelsFitAndWideMultiQueryOnesDoNot) {
                         Case{"StarCoder (multi-query)", 48, 1, 128, false}, Case{"head_dim 512", 8, 8, 512, false},
                         Case{"heads not a multiple of KV heads", 9, 2, 64, false}}) {
     EXPECT_EQ(kernels::paged_attention_supports(c.heads, c.kv_heads, c.head_dim), c.fits) << c.model;
+  }
+}
+
+// The splits' workspace stays within the bound CudaBackend reserves before sizing the KV cache,
+// whatever the pass: a prefill chunk beside a long decode takes fewer, longer splits, while a
+// lone long decode still splits (host-side, no GPU needed).
+TEST(AttentionShapes, SplitWorkspaceStaysWithinItsBound) {
+  for (const Shape& sh : {Shape{9, 3, 64}, Shape{12, 2, 128}, Shape{32, 32, 128}, Shape{64, 8, 128}}) {
+    const int64_t bound = kernels::paged_attention_workspace_bound(sh.n_heads, sh.head_dim);
+    for (const int32_t n_tokens : {1, 2, 7, 64, 300, 2048, 4096, 4097, 16384}) {
+      for (const int32_t longest : {1, 255, 257, 4100, 32768, 131072}) {
+        for (const int64_t total : {int64_t{longest}, int64_t{longest} * 2, int64_t{longest} * n_tokens}) {
+          const int64_t ws = kernels::paged_attention_workspace_floats(n_tokens, sh.n_heads, sh.n_kv_heads, sh.head_dim,
+                                                                       kernels::ContextSpan{longest, total});
+          EXPECT_LE(ws, bound) << "heads " << sh.n_heads << "/" << sh.n_kv_heads << " tokens " << n_tokens
+                               << " longest " << longest << " total " << total;
+        }
+      }
+    }
+    EXPECT_GT(kernels::paged_attention_workspace_floats(1, sh.n_heads, sh.n_kv_heads, sh.head_dim, {131072, 131072}), 0)
+        << "one long decode splits its context";
   }
 }
 

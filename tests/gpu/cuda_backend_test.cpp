@@ -139,14 +139,18 @@ TEST(CudaBackend, ReserveScratchTakesThePassMemoryBeforeTheKvCache) {
   auto be = cuda_backend();
   ASSERT_NE(be, nullptr);
   Buffer w(be.get(), 16);  // any device pointer: reserve_scratch reads the matrices' shapes alone
-  const std::vector<WeightMatrix> layer = {{w.data(), TensorType::kQ4_K, 11008, 4096},
-                                           {w.data(), TensorType::kQ6_K, 4096, 11008}};
+  PassShape pass{2048, {{w.data(), TensorType::kQ4_K, 11008, 4096}, {w.data(), TensorType::kQ6_K, 4096, 11008}},
+                 32, 32, 128, 32000};
   const size_t before = be->free_device_bytes();
-  ASSERT_TRUE(be->reserve_scratch(2048, layer, 32000).ok());
-  const size_t want = 2048u * 11008 * 2 + 11008u * 4096 * 2;  // activations and one dequantized slice
+  ASSERT_TRUE(be->reserve_scratch(pass).ok());
+  // activations, one dequantized slice and attention's splits
+  const size_t want = 2048u * 11008 * 2 + 11008u * 4096 * 2 + 4 * kernels::paged_attention_workspace_bound(32, 128);
   EXPECT_GE(before - be->free_device_bytes(), want);
-  EXPECT_TRUE(be->reserve_scratch(2048, layer, 32000).ok()) << "a second call takes nothing more";
-  const Status huge = be->reserve_scratch(1 << 30, layer, 32000);
+  const size_t after = be->free_device_bytes();
+  EXPECT_TRUE(be->reserve_scratch(pass).ok());
+  EXPECT_EQ(be->free_device_bytes(), after) << "a second call takes nothing more";
+  pass.n_tokens = 1 << 30;
+  const Status huge = be->reserve_scratch(pass);
   EXPECT_EQ(huge.code(), StatusCode::kResourceExhausted) << huge.to_string();
   EXPECT_NE(huge.message().find("max_batched_tokens"), std::string::npos) << huge.to_string();
   EXPECT_TRUE(be->error().ok()) << be->error().to_string();

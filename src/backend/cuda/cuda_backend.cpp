@@ -183,7 +183,7 @@ class CudaBackend final : public Backend {
   void add(float* x, const float* y, int64_t n) override;
 
   size_t free_device_bytes() const override;
-  Status reserve_scratch(int32_t n_tokens, const std::vector<WeightMatrix>& matrices, int32_t n_vocab) override;
+  Status reserve_scratch(const PassShape& pass) override;
   void add_rmsnorm(float* x, const float* y, const float* weight, int32_t n_rows, int32_t dim,
                    float eps, float* out) override;
   void exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,
@@ -555,13 +555,15 @@ cudaError_t CudaBackend::grow_scratch(Scratch which, size_t bytes) {
 }
 
 // What matmul (cuBLAS for more than kGemvMaxRows rows: the activations in 16 bits, a quantized
-// matrix's rows dequantized a slice at a time), exit_stats and sample_rows take for a pass.
-Status CudaBackend::reserve_scratch(int32_t n_tokens, const std::vector<WeightMatrix>& matrices, int32_t n_vocab) {
+// matrix's rows dequantized a slice at a time), attention's context splits, exit_stats and
+// sample_rows take for a pass.
+Status CudaBackend::reserve_scratch(const PassShape& pass) {
   bind();
+  const int32_t n_tokens = pass.n_tokens;
   if (n_tokens <= 0) return ok_status();
   const auto tokens = static_cast<size_t>(n_tokens);
   size_t half_x = 0, half_w = 0;
-  for (const WeightMatrix& w : matrices) {
+  for (const WeightMatrix& w : pass.matrices) {
     if (!w.data || w.type == TensorType::kF32 || n_tokens <= kGemvMaxRows) continue;
     half_x = std::max(half_x, tokens * w.n_in * sizeof(uint16_t));
     if (quantized_type(w.type)) {
@@ -575,8 +577,11 @@ Status CudaBackend::reserve_scratch(int32_t n_tokens, const std::vector<WeightMa
   } needs[] = {
       {kScratchHalfX, half_x, "activations in 16 bits for cuBLAS"},
       {kScratchHalfW, half_w, "quantized weights dequantized for cuBLAS"},
+      {kScratchAttention,
+       sizeof(float) * static_cast<size_t>(kernels::paged_attention_workspace_bound(pass.n_heads, pass.head_dim)),
+       "attention's context splits"},
       {kScratchStats, 16 * tokens, "exit statistics"},
-      {kScratchSample, kernels::sample_rows_workspace_bytes(std::min(n_tokens, kSampleGroup), n_vocab),
+      {kScratchSample, kernels::sample_rows_workspace_bytes(std::min(n_tokens, kSampleGroup), pass.n_vocab),
        "the sampling sort"},
   };
   for (const auto& need : needs) {
