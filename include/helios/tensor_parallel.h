@@ -34,7 +34,7 @@ class Communicator {
                                   int32_t out_width) = 0;
   // A rank that fails mid-pass calls this so that the others return from their collectives
   // instead of waiting for it (their results are then garbage, and the pass fails); reset() before
-  // the next pass. The NCCL communicator's collectives cannot be abandoned: it does nothing.
+  // the next pass. NCCL's aborts the group's communicators and reset() makes them again.
   virtual void abort() {}
   virtual void reset() {}
   // The first collective that failed (sticky, like Backend::error()): the pass's sums are garbage.

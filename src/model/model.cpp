@@ -110,7 +110,7 @@ StatusOr<ForwardResult> Model::forward(const ForwardBatch& batch, KvCacheStorage
                             "with a shard for each (Model::create_kv); this one has " + std::to_string(kv.n_shards()));
   }
   // A rank whose device has faulted would leave the pass at its start while the others wait in
-  // their first collective (NCCL's cannot be abandoned): such a pass does not start.
+  // their first collective until it aborts them: such a pass does not start.
   HELIOS_RETURN_IF_ERROR(backend_.error());
   for (const auto& peer : ranks_->models) HELIOS_RETURN_IF_ERROR(peer->backend().error());
   // Every rank runs the same pass on its own thread; a rank that fails opens the others'

@@ -53,6 +53,32 @@ TEST(NcclGroup, OneRankReducesAndGathersInPlace) {
   EXPECT_TRUE(be.error().ok()) << be.error().to_string();
 }
 
+// An aborted group's collectives return at once without an error of their own (the rank that
+// aborted says why the pass failed), and reset() makes the communicators again for the next pass.
+TEST(NcclGroup, AbortReleasesTheCollectivesAndResetRestoresThem) {
+  HELIOS_REQUIRE_GPU();
+  auto backend = make_backend("cuda:0", 0);
+  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
+  Backend& be = **backend;
+  auto comms = make_communicators({&be});
+  ASSERT_TRUE(comms.ok()) << comms.status().to_string();
+  Communicator& c = *(*comms)[0];
+  const std::vector<float> host = gpu_test::normal_floats(100, 9);
+  Buffer x(&be, host.size());
+  be.upload(x.data(), host.data(), host.size());
+  c.abort();
+  c.abort();  // twice is once
+  c.all_reduce_sum(x.data(), host.size());
+  EXPECT_TRUE(c.error().ok()) << c.error().to_string();
+  c.reset();
+  c.all_reduce_sum(x.data(), host.size());
+  std::vector<float> back(host.size());
+  be.download(back.data(), x.data(), back.size());
+  EXPECT_EQ(back, host);
+  EXPECT_TRUE(c.error().ok()) << c.error().to_string();
+  EXPECT_TRUE(be.error().ok()) << be.error().to_string();
+}
+
 TEST(NcclGroup, ModelSplitOverTheDevicesMatchesOneDevice) {
   HELIOS_REQUIRE_GPU();
   const int ranks = std::min(device_count(), 2);
