@@ -4,7 +4,9 @@
 // the same split in tests/unit/model/tensor_parallel_test.cpp).
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "gpu/gpu_test_util.h"
 #include "helios/generate.h"
@@ -21,15 +23,26 @@ int device_count() {
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
-TEST(NcclGroup, OneRankReducesAndGathersInPlace) {
-  HELIOS_REQUIRE_GPU();
-  auto backend = make_backend("cuda:0", 0);
-  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
-  Backend& be = **backend;
-  auto comms = make_communicators({&be});
-  ASSERT_TRUE(comms.ok()) << comms.status().to_string();
-  ASSERT_EQ(comms->size(), 1u);
-  Communicator& c = *(*comms)[0];
+// One rank on cuda:0 with its NCCL communicator (world size 1).
+class NcclOneRank : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HELIOS_REQUIRE_GPU();
+    auto backend = make_backend("cuda:0", 0);
+    ASSERT_TRUE(backend.ok()) << backend.status().to_string();
+    backend_ = std::move(*backend);
+    auto comms = make_communicators({backend_.get()});
+    ASSERT_TRUE(comms.ok()) << comms.status().to_string();
+    ASSERT_EQ(comms->size(), 1u);
+    comms_ = std::move(*comms);
+  }
+  std::unique_ptr<Backend> backend_;
+  std::vector<std::unique_ptr<Communicator>> comms_;
+};
+
+TEST_F(NcclOneRank, ReducesAndGathersInPlace) {
+  Backend& be = *backend_;
+  Communicator& c = *comms_[0];
   EXPECT_EQ(c.world(), 1);
 
   const std::vector<float> host = gpu_test::normal_floats(3 * 40, 7);
@@ -55,14 +68,9 @@ TEST(NcclGroup, OneRankReducesAndGathersInPlace) {
 
 // An aborted group's collectives return at once without an error of their own (the rank that
 // aborted says why the pass failed), and reset() makes the communicators again for the next pass.
-TEST(NcclGroup, AbortReleasesTheCollectivesAndResetRestoresThem) {
-  HELIOS_REQUIRE_GPU();
-  auto backend = make_backend("cuda:0", 0);
-  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
-  Backend& be = **backend;
-  auto comms = make_communicators({&be});
-  ASSERT_TRUE(comms.ok()) << comms.status().to_string();
-  Communicator& c = *(*comms)[0];
+TEST_F(NcclOneRank, AbortReleasesTheCollectivesAndResetRestoresThem) {
+  Backend& be = *backend_;
+  Communicator& c = *comms_[0];
   const std::vector<float> host = gpu_test::normal_floats(100, 9);
   Buffer x(&be, host.size());
   be.upload(x.data(), host.data(), host.size());
