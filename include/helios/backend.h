@@ -34,11 +34,11 @@ struct WeightMatrix {
 };
 
 // The largest pass a model runs (Backend::reserve_scratch): its tokens, its matrices, its
-// attention heads and its vocabulary.
+// attention's query heads and their width, and its vocabulary.
 struct PassShape {
   int32_t n_tokens = 0;
   std::vector<WeightMatrix> matrices;
-  int32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  int32_t n_heads = 0, head_dim = 0;
   int32_t n_vocab = 0;
 };
 

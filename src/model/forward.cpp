@@ -112,7 +112,7 @@ struct Model::Pass {
 Status Model::reserve_own_workspace(int32_t n_tokens) {
   if (!ws_) ws_ = std::make_shared<Workspace>();
   HELIOS_RETURN_IF_ERROR(ws_->reserve(backend_, config_, n_tokens));
-  PassShape pass{n_tokens, {weights_.output.view}, config_.n_head, config_.n_head_kv, config_.head_dim, config_.n_vocab};
+  PassShape pass{n_tokens, {weights_.output.view}, config_.n_head, config_.head_dim, config_.n_vocab};
   for (const LayerWeights& l : weights_.layers) {
     for (const Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) pass.matrices.push_back(m->view);
   }

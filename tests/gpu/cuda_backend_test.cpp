@@ -140,7 +140,7 @@ TEST(CudaBackend, ReserveScratchTakesThePassMemoryBeforeTheKvCache) {
   ASSERT_NE(be, nullptr);
   Buffer w(be.get(), 16);  // any device pointer: reserve_scratch reads the matrices' shapes alone
   PassShape pass{2048, {{w.data(), TensorType::kQ4_K, 11008, 4096}, {w.data(), TensorType::kQ6_K, 4096, 11008}},
-                 32, 32, 128, 32000};
+                 32, 128, 32000};
   const size_t before = be->free_device_bytes();
   ASSERT_TRUE(be->reserve_scratch(pass).ok());
   // activations, one dequantized slice and attention's splits

@@ -59,6 +59,17 @@ constexpr int32_t kGemvMaxRows = 8;   // rows through a matrix-vector kernel (on
 constexpr int32_t kDequantRows = 16384;  // weight rows dequantized at a time for a quantized GEMM
 constexpr int32_t kSampleGroup = 32;     // rows sampled in one launch (the sort's workspace grows with them)
 
+// Scratch bytes of a cuBLAS product of n_rows activation rows with w: the rows in 16 bits, and,
+// for a quantized matrix, a slice of up to kDequantRows of its rows dequantized.
+size_t half_rows_bytes(int32_t n_rows, const WeightMatrix& w) {
+  return static_cast<size_t>(n_rows) * w.n_in * sizeof(uint16_t);
+}
+size_t dequant_slice_bytes(const WeightMatrix& w) {
+  return static_cast<size_t>(std::min(kDequantRows, w.n_out)) * w.n_in * sizeof(uint16_t);
+}
+// Scratch bytes of the exit statistics of n_rows rows: top-1 id, its probability, margin, entropy.
+size_t stats_bytes(int32_t n_rows) { return 4 * sizeof(float) * static_cast<size_t>(n_rows); }
+
 bool quantized_type(TensorType t) {
   switch (t) {
     case TensorType::kQ8_0: case TensorType::kQ4_0: case TensorType::kQ4_1: case TensorType::kQ5_0:
@@ -561,14 +572,11 @@ Status CudaBackend::reserve_scratch(const PassShape& pass) {
   bind();
   const int32_t n_tokens = pass.n_tokens;
   if (n_tokens <= 0) return ok_status();
-  const auto tokens = static_cast<size_t>(n_tokens);
   size_t half_x = 0, half_w = 0;
   for (const WeightMatrix& w : pass.matrices) {
     if (!w.data || w.type == TensorType::kF32 || n_tokens <= kGemvMaxRows) continue;
-    half_x = std::max(half_x, tokens * w.n_in * sizeof(uint16_t));
-    if (quantized_type(w.type)) {
-      half_w = std::max(half_w, static_cast<size_t>(std::min(kDequantRows, w.n_out)) * w.n_in * sizeof(uint16_t));
-    }
+    half_x = std::max(half_x, half_rows_bytes(n_tokens, w));
+    if (quantized_type(w.type)) half_w = std::max(half_w, dequant_slice_bytes(w));
   }
   const struct {
     Scratch which;
@@ -580,7 +588,7 @@ Status CudaBackend::reserve_scratch(const PassShape& pass) {
       {kScratchAttention,
        sizeof(float) * static_cast<size_t>(kernels::paged_attention_workspace_bound(pass.n_heads, pass.head_dim)),
        "attention's context splits"},
-      {kScratchStats, 16 * tokens, "exit statistics"},
+      {kScratchStats, stats_bytes(n_tokens), "exit statistics"},
       {kScratchSample, kernels::sample_rows_workspace_bytes(std::min(n_tokens, kSampleGroup), pass.n_vocab),
        "the sampling sort"},
   };
@@ -663,8 +671,7 @@ void CudaBackend::matmul(const float* x, const WeightMatrix& w, int32_t n_rows, 
     }, x, w, n_rows, y);
     return;
   }
-  const int64_t n_x = static_cast<int64_t>(n_rows) * w.n_in;
-  auto* xh = static_cast<uint16_t*>(scratch(kScratchHalfX, n_x * sizeof(uint16_t)));
+  auto* xh = static_cast<uint16_t*>(scratch(kScratchHalfX, half_rows_bytes(n_rows, w)));
   if (!xh) return;
   if (bf16) {  // bfloat16 weights and activations, f32 sums
     launch("gemm_bf16", [](CudaBackend& b, const float* x, const WeightMatrix& w, int32_t n_rows, float* y,
@@ -684,8 +691,7 @@ void CudaBackend::matmul(const float* x, const WeightMatrix& w, int32_t n_rows, 
   // A quantized matrix is dequantized kDequantRows rows at a time into wh.
   uint16_t* wh = nullptr;
   if (quantized) {
-    const int32_t slice = std::min(kDequantRows, w.n_out);
-    wh = static_cast<uint16_t*>(scratch(kScratchHalfW, static_cast<size_t>(slice) * w.n_in * sizeof(uint16_t)));
+    wh = static_cast<uint16_t*>(scratch(kScratchHalfW, dequant_slice_bytes(w)));
     if (!wh) return;
   }
   launch("gemm_f16", [](CudaBackend& b, const float* x, const WeightMatrix& w, int32_t n_rows, float* y, uint16_t* xh,
@@ -792,7 +798,7 @@ void CudaBackend::add(float* x, const float* y, int64_t n) {
 
 // [top1 | top1_prob | margin | entropy], n_rows each, 4 bytes per value, left on the device.
 const uint8_t* CudaBackend::enqueue_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab) {
-  auto* d = static_cast<uint8_t*>(scratch(kScratchStats, 4 * sizeof(float) * n_rows));
+  auto* d = static_cast<uint8_t*>(scratch(kScratchStats, stats_bytes(n_rows)));
   if (!d) return nullptr;
   const size_t n = static_cast<size_t>(n_rows);
   auto* d_top1 = reinterpret_cast<int32_t*>(d);
