@@ -193,12 +193,20 @@ void ref_matmul_bf16(const float* x, const uint16_t* w, int32_t n_rows, int32_t 
                      int32_t n_out, float* y);
 void ref_f32_to_bf16(const float* x, int64_t n, uint16_t* out);
 
+// A NaN logit (weights gone wrong, or a 16-bit overflow) counts as −inf everywhere, on every
+// backend: it never wins an argmax, an exit's top-1 or a draw while a number is left, and adds
+// nothing to a softmax's sums (helios::confidence_stats' rule).
+// The first index of the largest of n values, NaN as −inf (0 when n is 0).
+int32_t ref_argmax(const float* x, int32_t n);
+
 // Early-exit confidence over the vocabulary, per row of logits [n_rows, n_vocab]:
-//   top1: the most likely id (lowest on ties); top1_prob: its softmax probability;
+//   top1: the most likely id (lowest on ties; ref_argmax); top1_prob: its softmax probability;
 //   margin: top-1 minus top-2 probability (top-2 = the best id other than top1);
 //   entropy: −Σ p log p in nats. All outputs: [n_rows].
+// A row with no number above −inf prefers no token: uniform_stats (1/n, margin 0, entropy log n).
 void ref_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,
                     float* top1_prob, float* margin, float* entropy);
+void uniform_stats(int32_t n_vocab, float& top1_prob, float& margin, float& entropy);
 // The CPU backend's: the same statistics with vectorised float exponentials summed in double
 // (within about 1e-6 relative of ref_exit_stats; top1 is the same).
 void cpu_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,

@@ -68,7 +68,7 @@ class Sampler {
   std::vector<std::pair<float, TokenId>> candidates_;
 };
 
-// Index of the largest value (the lowest index on ties).
+// Index of the largest value (the lowest index on ties; NaN counts as −inf): kernels::ref_argmax.
 TokenId argmax(const float* logits, int32_t n_vocab);
 
 // Why a generation ended: an end-of-generation token, a stop string or stop token, max_tokens,

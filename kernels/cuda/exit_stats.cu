@@ -27,7 +27,9 @@ __global__ void __launch_bounds__(kThreads) exit_stats_kernel(const float* logit
   const float* x = logits + static_cast<int64_t>(blockIdx.x) * n_vocab;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   Top2 t{-INFINITY, INT32_MAX, -INFINITY};
-  for (int32_t i = threadIdx.x; i < n_vocab; i += blockDim.x) t = merge(t, Top2{x[i], i, -INFINITY});
+  for (int32_t i = threadIdx.x; i < n_vocab; i += blockDim.x) {
+    t = merge(t, Top2{fmaxf(x[i], -INFINITY), i, -INFINITY});  // NaN as -inf (ref_argmax)
+  }
   for (int o = 16; o > 0; o >>= 1) {
     const Top2 other{__shfl_xor_sync(cuda::kFullMask, t.v1, o), __shfl_xor_sync(cuda::kFullMask, t.i1, o),
                      __shfl_xor_sync(cuda::kFullMask, t.v2, o)};
@@ -43,7 +45,7 @@ __global__ void __launch_bounds__(kThreads) exit_stats_kernel(const float* logit
   const float m = best.v1;
   float sum = 0.0f, weighted = 0.0f;
   for (int32_t i = threadIdx.x; i < n_vocab; i += blockDim.x) {
-    const float d = x[i] - m;
+    const float d = fmaxf(x[i], -INFINITY) - m;  // NaN as -inf
     const float e = expf(d);
     sum += e;
     if (e > 0.0f) weighted += d * e;  // a masked logit (-inf) adds nothing, not -inf*0
@@ -52,7 +54,13 @@ __global__ void __launch_bounds__(kThreads) exit_stats_kernel(const float* logit
   weighted = cuda::block_sum(weighted, scratch);
   if (threadIdx.x == 0) {
     const int32_t r = blockIdx.x;
-    top1[r] = best.i1 == INT32_MAX ? 0 : best.i1;  // INT32_MAX: a row of NaNs, whose top-1 the twin says is 0
+    top1[r] = best.i1;
+    if (m == -INFINITY) {  // no number above -inf: no token is preferred (uniform_stats)
+      top1_prob[r] = 1.0f / n_vocab;
+      margin[r] = n_vocab > 1 ? 0.0f : 1.0f;
+      entropy[r] = logf(static_cast<float>(n_vocab));
+      return;
+    }
     top1_prob[r] = 1.0f / sum;
     margin[r] = -expm1f(best.v2 - m) / sum;  // 1 - e^d without cancellation when the top two are close
     entropy[r] = logf(sum) - weighted / sum;

@@ -23,18 +23,19 @@ constexpr size_t kAlign = 256;
 size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
 // --- Sort keys: (row << 32) | ~ascending(logit), sorted ascending: rows in order, and within a
-// row the logits descending, NaN last (as argmax_kernel passes over it).
+// row the logits descending.
 
-// The logit tempered, and -0 as +0 (the bits order -0 below +0; the host's comparisons take them
-// as equal, leaving the tie to the ids).
+// The logit tempered, NaN as -inf (never drawn while a number is left, as on the host), and -0 as
+// +0 (the bits order -0 below +0; the host's comparisons take them as equal, leaving the tie to
+// the ids).
 HD float tempered(float z, float temperature) {
+  z = fmaxf(z, -INFINITY);
   const float k = temperature == 0.0f ? z : z / temperature;
   return k == 0.0f ? 0.0f : k;
 }
 
 HD uint64_t sort_key(int32_t row, float key) {
-  const uint32_t ascending = key != key ? 0u : cuda::order_key(key);
-  return (static_cast<uint64_t>(row) << 32) | ~ascending;
+  return (static_cast<uint64_t>(row) << 32) | ~cuda::order_key(key);
 }
 
 HD float key_logit(uint64_t key) {
@@ -126,10 +127,10 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const uint64_t* keys, 
   __shared__ int32_t warp_id[kThreads / 32];
   const uint64_t* k = keys + static_cast<size_t>(blockIdx.x) * n_vocab;
   float best = -INFINITY;
-  int32_t id = INT_MAX;
+  int32_t id = INT_MAX;  // until the thread's first key (no key is NaN: tempered() made it -inf)
   for (int32_t i = threadIdx.x; i < n_vocab; i += kThreads) {  // ascending i: a tie keeps the first
     const float v = key_logit(k[i]);
-    if (v > best || (v == best && id == INT_MAX)) {
+    if (v > best || id == INT_MAX) {
       best = v;
       id = i;
     }
@@ -152,7 +153,7 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const uint64_t* keys, 
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int w = 1; w < kThreads / 32; ++w) take(warp_key[w], warp_id[w]);
-    sorted_ids[static_cast<size_t>(blockIdx.x) * n_vocab] = id == INT_MAX ? 0 : id;  // INT_MAX: a row of NaNs
+    sorted_ids[static_cast<size_t>(blockIdx.x) * n_vocab] = id;
   }
 }
 
@@ -241,7 +242,7 @@ __global__ void __launch_bounds__(kThreads) select_kernel(const float* logits, i
   for (int32_t i = threadIdx.x; i < n_vocab; i += kThreads) m = fmaxf(m, x[i]);
   m = cuda::block_max(m, sh.maxes);
   double s = 0;
-  for (int32_t i = threadIdx.x; i < n_vocab; i += kThreads) s += static_cast<double>(expf(x[i] - m));
+  for (int32_t i = threadIdx.x; i < n_vocab; i += kThreads) s += static_cast<double>(expf(fmaxf(x[i], -INFINITY) - m));
   s = cuda::block_sum(s, sh.sums);
   if (threadIdx.x == 0) {
     token[r] = chosen;

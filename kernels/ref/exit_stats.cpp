@@ -6,24 +6,45 @@
 
 namespace helios::kernels {
 
+void uniform_stats(int32_t n_vocab, float& top1_prob, float& margin, float& entropy) {
+  top1_prob = static_cast<float>(1.0 / n_vocab);
+  margin = n_vocab > 1 ? 0.0f : 1.0f;
+  entropy = static_cast<float>(std::log(static_cast<double>(n_vocab)));
+}
+
+int32_t ref_argmax(const float* x, int32_t n) {
+  int32_t best = 0;
+  float best_value = -INFINITY;
+  for (int32_t i = 0; i < n; ++i) {
+    if (x[i] > best_value) {  // false for NaN: it stays at −inf, below any number
+      best = i;
+      best_value = x[i];
+    }
+  }
+  return best;
+}
+
 void ref_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,
                     float* top1_prob, float* margin, float* entropy) {
   for (int32_t r = 0; r < n_rows; ++r) {
     const float* x = logits + static_cast<int64_t>(r) * n_vocab;
-    int32_t best = 0;
-    for (int32_t i = 1; i < n_vocab; ++i) if (x[i] > x[best]) best = i;
+    const int32_t best = ref_argmax(x, n_vocab);
     float second = -INFINITY;
     for (int32_t i = 0; i < n_vocab; ++i) if (i != best && x[i] > second) second = x[i];
-    const float m = x[best];
+    const float m = std::fmax(x[best], -INFINITY);  // fmax(NaN, −inf) is −inf: NaN counts as −inf
+    top1[r] = best;
+    if (m == -INFINITY) {  // no number above −inf: no token is preferred
+      uniform_stats(n_vocab, top1_prob[r], margin[r], entropy[r]);
+      continue;
+    }
     // sum = Σ e^(x−m); entropy = log(sum) − Σ (x−m)·e^(x−m) / sum
     double sum = 0, weighted = 0;
     for (int32_t i = 0; i < n_vocab; ++i) {
-      const double d = static_cast<double>(x[i]) - m;
+      const double d = static_cast<double>(std::fmax(x[i], -INFINITY)) - m;
       const double e = std::exp(d);
       sum += e;
       if (e > 0) weighted += d * e;  // a masked logit (−inf) adds nothing, not −inf·0
     }
-    top1[r] = best;
     top1_prob[r] = static_cast<float>(1.0 / sum);
     margin[r] = n_vocab > 1 ? static_cast<float>((1.0 - std::exp(static_cast<double>(second) - m)) / sum)
                             : 1.0f;

@@ -12,18 +12,18 @@
 namespace helios::kernels {
 namespace {
 
-// max over x[begin, end)
+// max over x[begin, end), NaN as −inf
 float max_of(const float* x, int32_t begin, int32_t end) {
   float m = -INFINITY;
   int32_t i = begin;
 #if defined(__AVX2__) && defined(__FMA__)
   if (end - i >= 8) {
     __m256 v = _mm256_set1_ps(-INFINITY);
-    for (; i + 8 <= end; i += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(x + i));
+    for (; i + 8 <= end; i += 8) v = _mm256_max_ps(_mm256_loadu_ps(x + i), v);  // a NaN first gives v
     m = quant::max_lanes_avx2(v);
   }
 #endif
-  for (; i < end; ++i) m = std::max(m, x[i]);
+  for (; i < end; ++i) m = std::max(m, x[i]);  // m < NaN is false: m stays
   return m;
 }
 
@@ -39,9 +39,9 @@ ExpSums exp_sums(const float* x, int32_t n, float m) {
 #if defined(__AVX2__) && defined(__FMA__)
   __m256d sum_lo = _mm256_setzero_pd(), sum_hi = _mm256_setzero_pd();
   __m256d w_lo = _mm256_setzero_pd(), w_hi = _mm256_setzero_pd();
-  const __m256 mv = _mm256_set1_ps(m);
+  const __m256 mv = _mm256_set1_ps(m), low = _mm256_set1_ps(-INFINITY);
   for (; i + 8 <= n; i += 8) {
-    const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), mv);
+    const __m256 d = _mm256_sub_ps(_mm256_max_ps(_mm256_loadu_ps(x + i), low), mv);  // NaN gives low: −inf
     const __m256 e = exp_avx2(d);
     sum_lo = _mm256_add_pd(sum_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
     sum_hi = _mm256_add_pd(sum_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
@@ -59,7 +59,7 @@ ExpSums exp_sums(const float* x, int32_t n, float m) {
   s.weighted = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
 #endif
   for (; i < n; ++i) {
-    const double d = static_cast<double>(x[i]) - m;
+    const double d = static_cast<double>(std::fmax(x[i], -INFINITY)) - m;
     const double e = std::exp(d);
     s.sum += e;
     if (kWeighted && e > 0) s.weighted += d * e;
@@ -74,13 +74,15 @@ void cpu_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_
   for (int32_t r = 0; r < n_rows; ++r) {
     const float* x = logits + static_cast<int64_t>(r) * n_vocab;
     const float m = max_of(x, 0, n_vocab);
-    // The lowest id on ties, as the reference's strict comparisons give (0 when none is found:
-    // logits that are all NaN).
-    int32_t best = static_cast<int32_t>(std::find(x, x + n_vocab, m) - x);
-    if (best == n_vocab) best = 0;
+    // The lowest id on ties. A row with no number above −inf: ref_argmax's (NaN ties with −inf).
+    const int32_t best = m > -INFINITY ? static_cast<int32_t>(std::find(x, x + n_vocab, m) - x) : ref_argmax(x, n_vocab);
     const float second = std::max(max_of(x, 0, best), max_of(x, best + 1, n_vocab));
-    const ExpSums s = exp_sums<true>(x, n_vocab, m);
     top1[r] = best;
+    if (m == -INFINITY) {
+      uniform_stats(n_vocab, top1_prob[r], margin[r], entropy[r]);
+      continue;
+    }
+    const ExpSums s = exp_sums<true>(x, n_vocab, m);
     top1_prob[r] = static_cast<float>(1.0 / s.sum);
     margin[r] = n_vocab > 1 ? static_cast<float>((1.0 - std::exp(static_cast<double>(second) - m)) / s.sum) : 1.0f;
     entropy[r] = static_cast<float>(std::log(s.sum) - s.weighted / s.sum);

@@ -24,7 +24,8 @@ int32_t sample_row(const float* x, int32_t n_vocab, const SampleRow& row, const 
     const int32_t t = adjust[a].token;
     if (t >= 0 && t < n_vocab) y[t] = adjusted(adjust[a], x[t], row.repetition_penalty);
   }
-  if (row.temperature == 0.0f) return static_cast<int32_t>(std::max_element(y.begin(), y.end()) - y.begin());
+  for (float& v : y) v = std::isnan(v) ? -INFINITY : v;  // never drawn while a number is left
+  if (row.temperature == 0.0f) return ref_argmax(y.data(), n_vocab);
 
   z.resize(n_vocab);
   for (int32_t i = 0; i < n_vocab; ++i) z[i] = {y[i] / row.temperature, i};

@@ -231,7 +231,7 @@ HeadFit evaluate_head(const HostHead& head, const float* x, const TeacherTargets
     pass.run(head, x + r0 * head.n_embd, rows, w, b, mlp);
     for (int32_t r = 0; r < rows; ++r) {
       float* z = pass.z.data() + static_cast<size_t>(r) * head.n_vocab;
-      fit.agreement += static_cast<int32_t>(std::max_element(z, z + head.n_vocab) - z) == t.ids[(r0 + r) * t.k];
+      fit.agreement += kernels::ref_argmax(z, head.n_vocab) == t.ids[(r0 + r) * t.k];
       fit.kl += row_loss(t, r0 + r, z, head.n_vocab, nullptr, 0);
     }
   }

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/kernels.h"
+
 namespace helios {
 namespace {
 
@@ -61,7 +63,7 @@ void ExitObservations::add_pass(const ForwardResult& fr) {
     if (!complete) continue;
     const float* logits = fr.row(row);
     exits.push_back(std::move(seen));
-    final_top1.push_back(static_cast<int32_t>(std::max_element(logits, logits + fr.n_vocab) - logits));
+    final_top1.push_back(kernels::ref_argmax(logits, fr.n_vocab));
   }
 }
 

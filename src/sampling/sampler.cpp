@@ -39,9 +39,7 @@ Status SamplingParams::validate() const {
   return ok_status();
 }
 
-TokenId argmax(const float* logits, int32_t n_vocab) {
-  return static_cast<TokenId>(std::max_element(logits, logits + n_vocab) - logits);
-}
+TokenId argmax(const float* logits, int32_t n_vocab) { return kernels::ref_argmax(logits, n_vocab); }
 
 void Sampler::accept(TokenId token) {
   if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) ++generated_[token];
@@ -105,6 +103,9 @@ TokenId Sampler::sample(float* logits, int32_t n_vocab, const std::vector<TokenI
     if (t >= 0 && t < n_vocab) logits[t] -= params_.frequency_penalty * count + params_.presence_penalty;
   }
   if (params_.temperature == 0.0f) return argmax(logits, n_vocab);
+  // NaN as −inf, as argmax takes it: never drawn while a number is left, and the order below stays
+  // a strict weak order.
+  for (int32_t i = 0; i < n_vocab; ++i) logits[i] = std::isnan(logits[i]) ? -INFINITY : logits[i];
 
   // Candidates by logit, highest first (ties: the lower id), cut to top-k. Only as long a prefix
   // as top-k, top-p, min-p and the draw look at is put in order: with a vocabulary of 150k, a

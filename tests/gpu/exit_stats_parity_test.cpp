@@ -1,6 +1,7 @@
 // Exit-confidence statistics against ref_exit_stats (which sums in double).
 // Tolerances: top-1 id exact; probabilities and margin 1e-5 relative + 1e-7 absolute; entropy
 // 1e-4 absolute (float sums over up to 128K exponentials).
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -37,18 +38,27 @@ TEST(GpuParity, ExitStatsMatchTheCpuTwin) {
     EXPECT_TRUE(all_near(d_margin.to_host(), margin, 1e-5f, 1e-7f)) << "margin, n_vocab " << n_vocab;
     EXPECT_TRUE(all_near(d_entropy.to_host(), entropy, 0.0f, 1e-4f)) << "entropy, n_vocab " << n_vocab;
   }
-  // A row of NaNs (a forward pass gone wrong): top-1 is 0, as the twin says, not an id past the
-  // vocabulary that would be emitted as a token.
-  const std::vector<float> nans(1000, NAN);
-  int32_t want = -1;
-  float unused[3];
-  kernels::ref_exit_stats(nans.data(), 1, 1000, &want, &unused[0], &unused[1], &unused[2]);
-  DeviceArray<float> d_nans(nans), d_stats(3);
-  DeviceArray<int32_t> d_top1(1);
-  ASSERT_EQ(kernels::launch_exit_stats(d_nans.get(), 1, 1000, d_top1.get(), d_stats.get(), d_stats.get() + 1,
-                                       d_stats.get() + 2, nullptr), 0);
-  EXPECT_EQ(want, 0);
-  EXPECT_EQ(d_top1.to_host()[0], want);
+  // NaN logits (a forward pass gone wrong) count as -inf, as the twin takes them: never a top-1 past
+  // the vocabulary that would be emitted as a token, and rows with no number are uniform.
+  const int32_t n_vocab = 1000;
+  std::vector<float> rows = normal_floats(4 * n_vocab, 3, 3.0f);
+  rows[0] = NAN;                                                      // row 0: NaN first
+  rows[n_vocab + kernels::ref_argmax(rows.data() + n_vocab, n_vocab)] = NAN;  // row 1: NaN at the best
+  std::fill(rows.begin() + 2 * n_vocab, rows.begin() + 3 * n_vocab, NAN);  // row 2: all NaN
+  std::fill(rows.begin() + 3 * n_vocab, rows.end(), NAN);                  // row 3: NaN and -inf alone
+  rows[3 * n_vocab + 500] = -INFINITY;
+  std::vector<int32_t> want(4);
+  std::vector<float> stats(12);
+  kernels::ref_exit_stats(rows.data(), 4, n_vocab, want.data(), &stats[0], &stats[4], &stats[8]);
+  EXPECT_EQ(want[2], 0);
+  EXPECT_EQ(want[3], 0);
+  EXPECT_EQ(stats[2], 1.0f / n_vocab) << "no number: uniform";
+  DeviceArray<float> d_rows(rows), d_stats(12);
+  DeviceArray<int32_t> d_top1(4);
+  ASSERT_EQ(kernels::launch_exit_stats(d_rows.get(), 4, n_vocab, d_top1.get(), d_stats.get(), d_stats.get() + 4,
+                                       d_stats.get() + 8, nullptr), 0);
+  EXPECT_EQ(d_top1.to_host(), want);
+  EXPECT_TRUE(all_near(d_stats.to_host(), stats, 1e-5f, 1e-4f)) << "statistics of rows with NaN";
 }
 
 }  // namespace

@@ -60,9 +60,44 @@ Rows every_kind(int32_t n_vocab) {
   return out;
 }
 
+struct Drawn {
+  std::vector<int32_t> token;
+  std::vector<float> logprob;
+};
+
+Drawn draw_on_the_twin(const std::vector<float>& logits, int32_t n_vocab, const Rows& r) {
+  const auto n_rows = static_cast<int32_t>(r.rows.size());
+  Drawn out{std::vector<int32_t>(n_rows), std::vector<float>(n_rows)};
+  kernels::ref_sample_rows(logits.data(), n_vocab, r.rows.data(), n_rows, r.adjust.data(), out.token.data(),
+                           out.logprob.data());
+  return out;
+}
+
+// One launch_sample_rows over the rows, everything uploaded first; empty if the launch fails.
+Drawn draw_on_the_device(const std::vector<float>& logits, int32_t n_vocab, const Rows& r, bool all_greedy) {
+  const auto n_rows = static_cast<int32_t>(r.rows.size());
+  DeviceArray<float> d_logits(logits), d_logprob(n_rows);
+  DeviceArray<int32_t> d_token(n_rows);
+  DeviceArray<kernels::SampleRow> d_rows(r.rows);
+  DeviceArray<kernels::LogitAdjust> d_adjust(r.adjust);
+  const size_t bytes = kernels::sample_rows_workspace_bytes(n_rows, n_vocab);
+  DeviceArray<uint8_t> ws(bytes);
+  const int e = kernels::launch_sample_rows(d_logits.get(), n_vocab, d_rows.get(), n_rows, d_adjust.get(), ws.get(),
+                                            bytes, d_token.get(), d_logprob.get(), nullptr, all_greedy);
+  EXPECT_EQ(e, 0) << "launch_sample_rows";
+  if (e != 0) return {};
+  return {d_token.to_host(), d_logprob.to_host()};
+}
+
+Rows all_greedy_rows(Rows r) {  // bans, biases and penalties kept
+  for (kernels::SampleRow& row : r.rows) row.temperature = 0.0f;
+  return r;
+}
+
 TEST(GpuParity, SampleRowsMatchTheCpuTwin) {
   HELIOS_REQUIRE_GPU();
   for (int32_t n_vocab : {16, 512, 49152, 151936}) {
+    SCOPED_TRACE("n_vocab " + std::to_string(n_vocab));
     const Rows r = every_kind(n_vocab);
     const auto n_rows = static_cast<int32_t>(r.rows.size());
     auto logits = normal_floats(static_cast<size_t>(n_rows) * n_vocab, n_vocab, 3.0f);
@@ -73,37 +108,56 @@ TEST(GpuParity, SampleRowsMatchTheCpuTwin) {
     for (int32_t i = 0; i < n_vocab; ++i) logits[i] = -1.0f - std::fabs(logits[i]);
     logits[2] = -0.0f;
     logits[5] = 0.0f;
-    std::vector<int32_t> want(n_rows);
-    std::vector<float> want_logprob(n_rows);
-    kernels::ref_sample_rows(logits.data(), n_vocab, r.rows.data(), n_rows, r.adjust.data(), want.data(),
-                             want_logprob.data());
-
-    DeviceArray<float> d_logits(logits), d_logprob(n_rows);
-    DeviceArray<int32_t> d_token(n_rows);
-    DeviceArray<kernels::SampleRow> d_rows(r.rows);
-    DeviceArray<kernels::LogitAdjust> d_adjust(r.adjust);
-    const size_t bytes = kernels::sample_rows_workspace_bytes(n_rows, n_vocab);
-    DeviceArray<uint8_t> ws(bytes);
-    ASSERT_EQ(kernels::launch_sample_rows(d_logits.get(), n_vocab, d_rows.get(), n_rows, d_adjust.get(), ws.get(), bytes,
-                                          d_token.get(), d_logprob.get(), nullptr),
-              0);
-    EXPECT_EQ(want[0], 2) << "the twin takes -0 and +0 as equal";
-    EXPECT_EQ(d_token.to_host(), want) << "n_vocab " << n_vocab;
-    EXPECT_TRUE(gpu_test::all_near(d_logprob.to_host(), want_logprob, 0.0f, 1e-4f)) << "logprobs, n_vocab " << n_vocab;
-    // Every row greedy (bans, biases and penalties kept): the sort and the direct argmax
-    // (all_greedy) give the twin's tokens, ties and -0 included.
-    Rows greedy = r;
-    for (kernels::SampleRow& row : greedy.rows) row.temperature = 0.0f;
-    kernels::ref_sample_rows(logits.data(), n_vocab, greedy.rows.data(), n_rows, greedy.adjust.data(), want.data(),
-                             want_logprob.data());
-    DeviceArray<kernels::SampleRow> d_greedy_rows(greedy.rows);
+    Drawn want = draw_on_the_twin(logits, n_vocab, r);
+    EXPECT_EQ(want.token[0], 2) << "the twin takes -0 and +0 as equal";
+    Drawn got = draw_on_the_device(logits, n_vocab, r, false);
+    EXPECT_EQ(got.token, want.token);
+    EXPECT_TRUE(gpu_test::all_near(got.logprob, want.logprob, 0.0f, 1e-4f)) << "logprobs";
+    // Every row greedy: the sort and the direct argmax (all_greedy) give the twin's tokens, ties
+    // and -0 included.
+    const Rows greedy = all_greedy_rows(r);
+    want = draw_on_the_twin(logits, n_vocab, greedy);
     for (const bool all_greedy : {false, true}) {
-      ASSERT_EQ(kernels::launch_sample_rows(d_logits.get(), n_vocab, d_greedy_rows.get(), n_rows, d_adjust.get(),
-                                            ws.get(), bytes, d_token.get(), d_logprob.get(), nullptr, all_greedy),
-                0);
-      EXPECT_EQ(d_token.to_host(), want) << "greedy rows, all_greedy " << all_greedy << ", n_vocab " << n_vocab;
-      EXPECT_TRUE(gpu_test::all_near(d_logprob.to_host(), want_logprob, 0.0f, 1e-4f))
-          << "greedy logprobs, all_greedy " << all_greedy << ", n_vocab " << n_vocab;
+      got = draw_on_the_device(logits, n_vocab, greedy, all_greedy);
+      EXPECT_EQ(got.token, want.token) << "greedy rows, all_greedy " << all_greedy;
+      EXPECT_TRUE(gpu_test::all_near(got.logprob, want.logprob, 0.0f, 1e-4f))
+          << "greedy logprobs, all_greedy " << all_greedy;
+    }
+  }
+}
+
+// A NaN logit counts as -inf, greedy or drawn: the device takes the twin's tokens and
+// log-probabilities over rows with NaN at their best logit and at every seventh, and over a row of
+// NaN and -inf alone.
+TEST(GpuParity, SampleRowsPassOverNanAsTheTwinDoes) {
+  HELIOS_REQUIRE_GPU();
+  const int32_t n_vocab = 49152;
+  const Rows r = every_kind(n_vocab);
+  const auto n_rows = static_cast<int32_t>(r.rows.size());
+  auto logits = normal_floats(static_cast<size_t>(n_rows) * n_vocab, 5, 3.0f);
+  for (int32_t row = 0; row < n_rows; ++row) {
+    float* x = logits.data() + static_cast<size_t>(row) * n_vocab;
+    x[kernels::ref_argmax(x, n_vocab)] = NAN;
+    for (int32_t i = row; i < n_vocab; i += 7) x[i] = NAN;
+  }
+  std::fill(logits.begin() + static_cast<size_t>(n_rows - 1) * n_vocab, logits.end(), NAN);  // the last row:
+  logits[static_cast<size_t>(n_rows - 1) * n_vocab + 100] = -INFINITY;                        // no number at all
+  for (const bool greedy : {false, true}) {
+    const Rows rows = greedy ? all_greedy_rows(r) : r;
+    const Drawn want = draw_on_the_twin(logits, n_vocab, rows);
+    for (int32_t row = 0; row + 1 < n_rows; ++row) {
+      EXPECT_FALSE(std::isnan(logits[static_cast<size_t>(row) * n_vocab + want.token[row]])) << "row " << row;
+    }
+    if (greedy) {
+      EXPECT_EQ(want.token[n_rows - 1], 0) << "no number: the first id";
+    }
+    for (const bool all_greedy : greedy ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+      Drawn got = draw_on_the_device(logits, n_vocab, rows, all_greedy);
+      ASSERT_EQ(got.token.size(), static_cast<size_t>(n_rows));
+      EXPECT_EQ(got.token, want.token) << "greedy " << greedy << ", all_greedy " << all_greedy;
+      got.logprob.pop_back();  // the row with no number: NaN on both
+      EXPECT_TRUE(gpu_test::all_near(got.logprob, {want.logprob.begin(), want.logprob.end() - 1}, 0.0f, 1e-4f))
+          << "logprobs of the rows with numbers";
     }
   }
 }
@@ -111,7 +165,7 @@ TEST(GpuParity, SampleRowsMatchTheCpuTwin) {
 // The device sorts every row at once by one 64-bit key per logit (its row above it). Without a
 // GPU: sorted as cub's stable radix sort sorts them (ascending on the first sample_sort_end_bit
 // bits, ties in input order), the keys give each row the twin's order, ties, -0 and denormals
-// included, and a greedy row's first id is the twin's argmax; NaN goes last, as the argmax skips it.
+// included, and a greedy row's first id is the twin's argmax; NaN sorts as -inf, as the twin takes it.
 TEST(SampleSortKeys, SortedKeysGiveEachRowTheTwinsOrder) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   const int32_t n_vocab = 600;
@@ -154,11 +208,12 @@ TEST(SampleSortKeys, SortedKeysGiveEachRowTheTwinsOrder) {
   const float* row0 = logits.data();
   EXPECT_EQ(static_cast<int32_t>(order[0]), static_cast<int32_t>(std::max_element(row0, row0 + n_vocab) - row0));
 
-  // NaN: after -inf, so a row's first key is its largest number.
-  const uint64_t key_nan = kernels::sample_sort_key(0, nan, 1.0f), key_low = kernels::sample_sort_key(0, -inf, 1.0f);
-  EXPECT_GT(key_nan, key_low);
-  EXPECT_LT(key_nan, kernels::sample_sort_key(1, inf, 1.0f)) << "a NaN stays in its row";
-  EXPECT_TRUE(std::isnan(kernels::sample_sort_key_logit(key_nan)));
+  // NaN: the key of -inf, at every temperature, so the ids order it among the -inf.
+  for (const float t : temperatures) {
+    EXPECT_EQ(kernels::sample_sort_key(2, nan, t), kernels::sample_sort_key(2, -inf, t)) << "temperature " << t;
+    EXPECT_EQ(kernels::sample_sort_key(2, -nan, t), kernels::sample_sort_key(2, -inf, t)) << "temperature " << t;
+  }
+  EXPECT_EQ(kernels::sample_sort_key_logit(kernels::sample_sort_key(2, nan, 1.0f)), -inf);
   const std::vector<std::pair<int32_t, int>> end_bits = {{1, 32}, {2, 33}, {3, 34}, {32, 37}, {33, 38}, {65535, 48}};
   for (const auto& [rows, bits] : end_bits) {
     EXPECT_EQ(kernels::sample_sort_end_bit(rows), bits) << rows << " rows";

@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -47,6 +49,61 @@ TEST(CpuExitStats, MatchTheDoubleReference) {
       for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(row[i]) - max);
       const double lse = max + std::log(sum);
       EXPECT_NEAR(kernels::cpu_log_sum_exp(row, n_vocab), lse, 2e-6 * std::fabs(lse) + 1e-6);
+    }
+  }
+}
+
+// A NaN logit counts as −inf, in the vector loop or the scalar tail: the top-1 is ref_argmax's, and
+// the statistics are those of the row with −inf in its place (helios::confidence_stats' rule); a
+// row with no number above −inf is uniform.
+TEST(CpuExitStats, ANanCountsAsMinusInfinityForTheTop1) {
+  const float nan = NAN, inf = INFINITY;
+  for (int32_t n : {3, 9, 1000, 1003}) {
+    std::vector<float> base(n);
+    for (int32_t i = 0; i < n; ++i) base[i] = std::sin(0.37f * i);  // all below 1
+    auto with = [&](std::vector<float> x, std::initializer_list<std::pair<int32_t, float>> set) {
+      for (const auto& [i, v] : set) x[i] = v;
+      return x;
+    };
+    const std::vector<float> all_nan(n, nan), all_low(n, -inf);
+    const std::vector<std::pair<std::vector<float>, int32_t>> rows = {
+        {with(base, {{0, nan}, {n / 2, 5.0f}}), n / 2},             // NaN first
+        {with(base, {{n - 2, nan}, {n - 1, 5.0f}}), n - 1},         // NaN beside the best, at the end
+        {with(base, {{1, 5.0f}, {n - 1, nan}}), 1},                 // NaN last
+        {with(base, {{1, nan}, {2, 5.0f}, {0, 5.0f}}), 0},          // a tie across a NaN: the lower id
+        {all_nan, 0},                                                // no number: the first id
+        {with(all_low, {{0, nan}, {n - 1, nan}}), 0},                // NaN ties with −inf
+        {with(all_nan, {{n - 1, -inf}}), 0},
+        {with(all_nan, {{n - 1, -3.0f}}), n - 1},
+    };
+    for (size_t k = 0; k < rows.size(); ++k) {
+      SCOPED_TRACE("n " + std::to_string(n) + ", row " + std::to_string(k));
+      const std::vector<float>& x = rows[k].first;
+      std::vector<float> masked = x;
+      for (float& v : masked) v = std::isnan(v) ? -inf : v;
+      int32_t want_top1 = -1, ref_top1 = -1, top1 = -1;
+      float want[3], ref[3], cpu[3];
+      kernels::ref_exit_stats(masked.data(), 1, n, &want_top1, &want[0], &want[1], &want[2]);
+      kernels::ref_exit_stats(x.data(), 1, n, &ref_top1, &ref[0], &ref[1], &ref[2]);
+      kernels::cpu_exit_stats(x.data(), 1, n, &top1, &cpu[0], &cpu[1], &cpu[2]);
+      EXPECT_EQ(kernels::ref_argmax(x.data(), n), rows[k].second);
+      EXPECT_EQ(want_top1, rows[k].second);
+      EXPECT_EQ(ref_top1, rows[k].second);
+      EXPECT_EQ(top1, rows[k].second);
+      if (!(x[rows[k].second] > -inf)) {  // no number: no token preferred
+        const float uniform[3] = {1.0f / n, 0.0f, static_cast<float>(std::log(static_cast<double>(n)))};
+        for (int s = 0; s < 3; ++s) {
+          EXPECT_EQ(want[s], uniform[s]) << "statistic " << s;
+          EXPECT_EQ(ref[s], uniform[s]) << "statistic " << s;
+          EXPECT_EQ(cpu[s], uniform[s]) << "statistic " << s;
+        }
+        continue;
+      }
+      for (int s = 0; s < 3; ++s) {
+        EXPECT_EQ(ref[s], want[s]) << "statistic " << s;
+        EXPECT_NEAR(cpu[s], want[s], 1e-5) << "statistic " << s;
+      }
+      EXPECT_EQ(kernels::cpu_log_sum_exp(x.data(), n), kernels::cpu_log_sum_exp(masked.data(), n));
     }
   }
 }

@@ -3,7 +3,9 @@
 // host sampler's token to the bit, step after step of one seeded generation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -79,33 +81,67 @@ std::vector<Case> cases() {
   return out;
 }
 
+// One seeded generation of `steps` tokens over rows like a model's: the twin takes the host
+// sampler's token at every step, with the host's log-probability. With `nans`, each row loses its
+// best logit, about a tenth of the rest and ids 0 and 7 (a bias or penalty names them in some
+// cases) to NaN, and no NaN is ever taken.
+void expect_the_twin_takes_the_hosts_tokens(const Case& c, int32_t n_vocab, int steps, bool nans) {
+  Sampler host(c.params), planned(c.params);
+  std::mt19937 rng(n_vocab + c.params.seed);
+  std::bernoulli_distribution broken(0.1);
+  std::vector<TokenId> history = {1, 0, 1, 1};
+  for (int step = 0; step < steps; ++step) {
+    std::vector<float> raw = logits_like_a_model(n_vocab, rng, c.ties);
+    if (nans) {
+      raw[kernels::ref_argmax(raw.data(), n_vocab)] = NAN;
+      for (float& v : raw) v = broken(rng) ? NAN : v;
+      raw[0] = raw[std::min(7, n_vocab - 1)] = NAN;
+    }
+    std::vector<float> scratch = raw;
+    const TokenId want = host.sample(scratch.data(), n_vocab, history);
+
+    std::optional<SampleDraw> draw = planned.plan_draw(history, n_vocab);
+    ASSERT_TRUE(draw.has_value());
+    draw->row.adjust_end = static_cast<int32_t>(draw->adjust.size());
+    int32_t got = -1;
+    float logprob = 0;
+    kernels::ref_sample_rows(raw.data(), n_vocab, &draw->row, 1, draw->adjust.data(), &got, &logprob);
+    ASSERT_EQ(got, want) << "step " << step;
+    ASSERT_FALSE(std::isnan(raw[got])) << "step " << step;
+    EXPECT_FLOAT_EQ(logprob, static_cast<float>(raw[got] - kernels::cpu_log_sum_exp(raw.data(), n_vocab)));
+
+    host.accept(want);
+    planned.accept(want);
+    history.push_back(want);
+  }
+}
+
 TEST(SampleRows, TheTwinTakesTheHostSamplersTokenStepAfterStep) {
   for (int32_t n_vocab : {2, 1000, 49152}) {
     for (const Case& c : cases()) {
       SCOPED_TRACE(c.name + ", n_vocab " + std::to_string(n_vocab));
-      Sampler host(c.params), planned(c.params);
-      std::mt19937 rng(n_vocab + c.params.seed);
-      std::vector<TokenId> history = {1, 0, 1, 1};
-      for (int step = 0; step < 24; ++step) {
-        const std::vector<float> raw = logits_like_a_model(n_vocab, rng, c.ties);
-        std::vector<float> scratch = raw;
-        const TokenId want = host.sample(scratch.data(), n_vocab, history);
-
-        std::optional<SampleDraw> draw = planned.plan_draw(history, n_vocab);
-        ASSERT_TRUE(draw.has_value());
-        draw->row.adjust_end = static_cast<int32_t>(draw->adjust.size());
-        int32_t got = -1;
-        float logprob = 0;
-        kernels::ref_sample_rows(raw.data(), n_vocab, &draw->row, 1, draw->adjust.data(), &got, &logprob);
-        ASSERT_EQ(got, want) << "step " << step;
-        EXPECT_FLOAT_EQ(logprob, static_cast<float>(raw[got] - kernels::cpu_log_sum_exp(raw.data(), n_vocab)));
-
-        host.accept(want);
-        planned.accept(want);
-        history.push_back(want);
-      }
+      expect_the_twin_takes_the_hosts_tokens(c, n_vocab, 24, false);
     }
   }
+}
+
+// A NaN logit counts as −inf: greedy or drawn, over every sampler setting, the host sampler and the
+// twin take the same token and never one whose logit is NaN while a number is left.
+TEST(SampleRows, ANanLogitIsNeverPickedWhileANumberIsLeft) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    expect_the_twin_takes_the_hosts_tokens(c, 1000, 12, true);
+  }
+  // No number at all: the first id, as ref_argmax gives.
+  std::vector<float> nans(16, NAN);
+  nans[9] = -INFINITY;
+  kernels::SampleRow greedy;
+  int32_t token = -1;
+  float logprob = 0;
+  kernels::ref_sample_rows(nans.data(), 16, &greedy, 1, nullptr, &token, &logprob);
+  EXPECT_EQ(token, 0);
+  Sampler host(SamplingParams{});
+  EXPECT_EQ(host.sample(nans.data(), 16, {}), 0);
 }
 
 TEST(SampleRows, APlanAdjustsEachTokenOnceInTheHostOrder) {
