@@ -224,8 +224,15 @@ template <int R>
 constexpr int32_t kStageCols = kStageFloats * kUnit / (kUnit + 1) / R / 1024 * 1024 > 1024
                                    ? kStageFloats * kUnit / (kUnit + 1) / R / 1024 * 1024 : 1024;
 
+// From 4 rows on a thread holds a unit's 32 values and R sums: at least 4 blocks of kThreads per
+// SM leave it 64 registers, where ptxas' own choice spilled 16-28 bytes per thread in the Q4_K
+// R=7/8 and Q5_K R=4 kernels (ptxas -v, sm_90). Fewer rows keep ptxas' choice (fewer registers,
+// more blocks per SM).
+template <int R>
+constexpr int kMinBlocksPerSm = R >= 4 ? 4 : 0;  // 0: unspecified
+
 template <uint32_t kType, int R, bool kVector>
-__global__ void __launch_bounds__(kThreads) gemv_quant_kernel(const float* __restrict__ x,
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<R>) gemv_quant_kernel(const float* __restrict__ x,
                                                               const uint8_t* __restrict__ w, int64_t row_bytes,
                                                               int32_t n_in, int32_t n_out, float* __restrict__ y) {
   constexpr int32_t kCols = kStageCols<R>;

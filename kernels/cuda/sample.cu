@@ -191,8 +191,9 @@ __device__ int32_t first_reaching(Prob prob, int32_t end, double target, SelectS
   return -1;
 }
 
-// One block per row, over its sorted keys and ids.
-__global__ void __launch_bounds__(kThreads) select_kernel(const float* logits, int32_t n_vocab, const SampleRow* rows,
+// One block per row, over its sorted keys and ids (a few blocks at once: registers before
+// occupancy, so none spill).
+__global__ void __launch_bounds__(kThreads, 1) select_kernel(const float* logits, int32_t n_vocab, const SampleRow* rows,
                                                           const uint64_t* sorted_keys, const int32_t* sorted_ids,
                                                           bool all_greedy, int32_t* token, float* logprob) {
   __shared__ SelectShared sh;
