@@ -7,6 +7,7 @@
 // forward logits 1e-3 absolute on logits of magnitude ~10; greedy tokens identical.
 #include <cmath>
 #include <filesystem>
+#include <vector>
 
 #include "gpu/gpu_test_util.h"
 #include "helios/backend.h"
@@ -132,8 +133,9 @@ TEST(CudaBackend, DecisionOpsMatchTheDefaults) {
 }
 
 // The scratch a pass takes is taken before the KV cache is sized: free memory drops by about
-// what a 2048-token pass over a quantized 7B layer needs, and a pass too large for the device is
-// refused with RESOURCE_EXHAUSTED, leaving the backend without a fault (alloc's contract).
+// what a 2048-token pass over a quantized 7B layer needs, drawing 32 rows then takes nothing more,
+// and a pass too large for the device is refused with RESOURCE_EXHAUSTED, leaving the backend
+// without a fault (alloc's contract).
 TEST(CudaBackend, ReserveScratchTakesThePassMemoryBeforeTheKvCache) {
   HELIOS_REQUIRE_GPU();
   auto be = cuda_backend();
@@ -141,6 +143,22 @@ TEST(CudaBackend, ReserveScratchTakesThePassMemoryBeforeTheKvCache) {
   Buffer w(be.get(), 16);  // any device pointer: reserve_scratch reads the matrices' shapes alone
   PassShape pass{2048, {{w.data(), TensorType::kQ4_K, 11008, 4096}, {w.data(), TensorType::kQ6_K, 4096, 11008}},
                  32, 128, 32000};
+  // Sampling's rows: 32 of them, each with 4 adjustments, over logits of 32000.
+  const int32_t n_draws = 32, n_vocab = 32000;
+  Buffer logits(be.get(), static_cast<size_t>(n_draws) * n_vocab);
+  ASSERT_FALSE(logits.empty());
+  const std::vector<float> flat(logits.size(), 0.5f);
+  be->upload(logits.data(), flat.data(), flat.size());
+  std::vector<kernels::SampleRow> rows(n_draws);
+  std::vector<kernels::LogitAdjust> adjust(4 * n_draws);
+  for (int32_t i = 0; i < n_draws; ++i) {
+    rows[i] = {i, 0.8f, 0, 1.0f, 0.0f, 1.0f, 0.5, 4 * i, 4 * i + 4};
+    for (int32_t a = 4 * i; a < 4 * i + 4; ++a) adjust[a] = {a, 1.0f, 0, 0.0f};
+  }
+  std::vector<int32_t> token(n_draws);
+  std::vector<float> logprob(n_draws);
+  // One row first, so that the sampling kernels are loaded (lazily, taking memory) before counting.
+  be->sample_rows(logits.data(), n_vocab, rows.data(), 1, adjust.data(), 4, token.data(), logprob.data());
   const size_t before = be->free_device_bytes();
   ASSERT_TRUE(be->reserve_scratch(pass).ok());
   // activations, one dequantized slice and attention's splits
@@ -149,6 +167,10 @@ TEST(CudaBackend, ReserveScratchTakesThePassMemoryBeforeTheKvCache) {
   const size_t after = be->free_device_bytes();
   EXPECT_TRUE(be->reserve_scratch(pass).ok());
   EXPECT_EQ(be->free_device_bytes(), after) << "a second call takes nothing more";
+  be->sample_rows(logits.data(), n_vocab, rows.data(), n_draws, adjust.data(), 4 * n_draws, token.data(),
+                  logprob.data());
+  EXPECT_TRUE(be->error().ok()) << be->error().to_string();
+  EXPECT_EQ(be->free_device_bytes(), after) << "sampling within the pass's rows took memory of its own";
   pass.n_tokens = 1 << 30;
   const Status huge = be->reserve_scratch(pass);
   EXPECT_EQ(huge.code(), StatusCode::kResourceExhausted) << huge.to_string();

@@ -70,6 +70,18 @@ size_t dequant_slice_bytes(const WeightMatrix& w) {
 // Scratch bytes of the exit statistics of n_rows rows: top-1 id, its probability, margin, entropy.
 size_t stats_bytes(int32_t n_rows) { return 4 * sizeof(float) * static_cast<size_t>(n_rows); }
 
+// Sampling's arguments and results on the device: [rows | adjust | token | logprob], 8-byte aligned.
+struct SampleIoLayout {
+  size_t adjust_at, out_at, total;
+};
+SampleIoLayout sample_io_layout(size_t n_rows, size_t n_adjust) {
+  auto aligned8 = [](size_t bytes) { return (bytes + 7) / 8 * 8; };
+  const size_t adjust_at = aligned8(sizeof(kernels::SampleRow) * n_rows);
+  const size_t out_at = adjust_at + aligned8(sizeof(kernels::LogitAdjust) * n_adjust);
+  return {adjust_at, out_at, out_at + 8 * n_rows};
+}
+constexpr size_t kReservedAdjustPerRow = 64;  // penalized or biased tokens a row brings, taken up front
+
 bool quantized_type(TensorType t) {
   switch (t) {
     case TensorType::kQ8_0: case TensorType::kQ4_0: case TensorType::kQ4_1: case TensorType::kQ5_0:
@@ -567,7 +579,8 @@ cudaError_t CudaBackend::grow_scratch(Scratch which, size_t bytes) {
 
 // What matmul (cuBLAS for more than kGemvMaxRows rows: the activations in 16 bits, a quantized
 // matrix's rows dequantized a slice at a time), attention's context splits, exit_stats and
-// sample_rows take for a pass.
+// sample_rows (its sort, and its rows with up to kReservedAdjustPerRow adjustments each) take for
+// a pass.
 Status CudaBackend::reserve_scratch(const PassShape& pass) {
   bind();
   const int32_t n_tokens = pass.n_tokens;
@@ -591,6 +604,7 @@ Status CudaBackend::reserve_scratch(const PassShape& pass) {
       {kScratchStats, stats_bytes(n_tokens), "exit statistics"},
       {kScratchSample, kernels::sample_rows_workspace_bytes(std::min(n_tokens, kSampleGroup), pass.n_vocab),
        "the sampling sort"},
+      {kScratchSampleIo, sample_io_layout(n_tokens, kReservedAdjustPerRow * static_cast<size_t>(n_tokens)).total, "sampling's rows"},
   };
   for (const auto& need : needs) {
     if (need.bytes == 0) continue;
@@ -814,11 +828,12 @@ const uint8_t* CudaBackend::enqueue_exit_stats(const float* logits, int32_t n_ro
 // [token | logprob], n_rows each, left on the device.
 const uint8_t* CudaBackend::enqueue_sample(const float* logits, int32_t n_vocab, const kernels::SampleRow* rows,
                                            int32_t n_rows, const kernels::LogitAdjust* adjust, int32_t n_adjust) {
-  // [rows | adjust | token | logprob], 8-byte aligned: the first two go up. Rows go through in
-  // groups so the sort's workspace stays bounded (about 24 bytes per logit).
+  // Rows and adjustments go up. Rows go through in groups so the sort's workspace stays bounded
+  // (about 24 bytes per logit).
   const size_t rows_bytes = sizeof(kernels::SampleRow) * n_rows, adjust_bytes = sizeof(kernels::LogitAdjust) * n_adjust;
-  const size_t adjust_at = (rows_bytes + 7) / 8 * 8, out_at = adjust_at + (adjust_bytes + 7) / 8 * 8;
-  auto* io = static_cast<uint8_t*>(scratch(kScratchSampleIo, out_at + 8 * static_cast<size_t>(n_rows)));
+  const SampleIoLayout layout = sample_io_layout(n_rows, n_adjust);
+  const size_t adjust_at = layout.adjust_at, out_at = layout.out_at;
+  auto* io = static_cast<uint8_t*>(scratch(kScratchSampleIo, layout.total));
   const int32_t group = std::min(n_rows, kSampleGroup);
   const size_t ws_bytes = kernels::sample_rows_workspace_bytes(group, n_vocab);
   void* ws = scratch(kScratchSample, ws_bytes);
