@@ -7,7 +7,8 @@
 // file's; for more rows the weights are dequantized to f16 a slice
 // at a time for cuBLAS (launch_dequantize_f16). Q4_K and Q5_K units are read with 16-byte loads
 // when the weights' rows are 16-byte aligned (their blocks are 144 and 176 bytes); everything
-// else two bytes at a time (every block is 2-byte aligned). The decoders are host-callable too:
+// else in aligned four-byte words shifted together where a stretch sits 2 bytes into one (every
+// block is 2-byte aligned). The decoders are host-callable too:
 // decode_quant_unit runs them on the CPU, so a test checks their bits against the host's
 // dequantize_row on machines without a GPU.
 #include <cuda_fp16.h>
@@ -27,7 +28,19 @@ constexpr int kUnit = 32;      // values a thread decodes at once
 
 #define HD __host__ __device__ __forceinline__
 
+// Weight bytes through the read-only data cache on the device. Explicit: load_words' address
+// arithmetic hides from the compiler that the weights are read-only, for every load near it.
+template <typename T>
+HD T read_only(const T* p) {
+#ifdef __CUDA_ARCH__
+  return __ldg(p);
+#else
+  return *p;
+#endif
+}
+
 HD float half_bits(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+HD float half_at(const uint16_t& h) { return half_bits(read_only(&h)); }
 
 // The N bytes at p into registers in N/2 two-byte loads: every block is 2-byte aligned (its
 // scales are halves), so any stretch at an even offset of one is too.
@@ -36,34 +49,68 @@ HD void load_pairs(const uint8_t* __restrict__ p, uint8_t (&out)[N]) {
   const auto* h = reinterpret_cast<const uint16_t*>(p);
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) {
-    const uint16_t x = h[i];
+    const uint16_t x = read_only(h + i);
     out[2 * i] = static_cast<uint8_t>(x);
     out[2 * i + 1] = static_cast<uint8_t>(x >> 8);
   }
 }
 
+// hi:lo shifted right by `shift` bits (0 or 16), the low word.
+HD uint32_t funnel_right(uint32_t lo, uint32_t hi, unsigned shift) {
+#ifdef __CUDA_ARCH__
+  return __funnelshift_r(lo, hi, shift);
+#else
+  return static_cast<uint32_t>((static_cast<uint64_t>(hi) << 32 | lo) >> shift);
+#endif
+}
+
+// The N bytes at p (2-byte aligned, N a multiple of 4) into registers in N/4 + 1 aligned four-byte
+// loads, each pair shifted together when p sits 2 bytes into a word: about half the loads of
+// load_pairs, and the same instructions whichever way a lane's block sits (no divergence). Every
+// word read holds a byte of the stretch, so none leaves an allocation of whole 4-byte words from
+// a 4-byte aligned start (the backend's buffers).
+template <int N>
+HD void load_words(const uint8_t* __restrict__ p, uint8_t (&out)[N]) {
+  static_assert(N % 4 == 0, "whole words");
+  const auto skew = static_cast<unsigned>(reinterpret_cast<uintptr_t>(p) & 2);  // 0 or 2
+  const auto* w = reinterpret_cast<const uint32_t*>(p - skew);
+  const unsigned shift = skew * 8;
+  uint32_t lo = read_only(w);
+#pragma unroll
+  for (int i = 0; i < N / 4; ++i) {
+    // The last word's successor is read only when shifted (else the last word again, unused).
+    const uint32_t hi = read_only(w + (i + 1 < N / 4 ? i + 1 : N / 4 - 1 + shift / 16));
+    const uint32_t x = funnel_right(lo, hi, shift);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) out[4 * i + k] = static_cast<uint8_t>(x >> (8 * k));
+    lo = hi;
+  }
+}
+
 // The 32 bytes at p into registers: two 16-byte loads when p is 16-byte aligned (kVector), else
-// sixteen two-byte loads.
+// load_words.
 template <bool kVector>
 HD void load32(const uint8_t* __restrict__ p, uint8_t (&out)[32]) {
   if constexpr (kVector) {
-    const uint4 a = reinterpret_cast<const uint4*>(p)[0], b = reinterpret_cast<const uint4*>(p)[1];
+    const auto* v = reinterpret_cast<const uint4*>(p);
+    const uint4 a = read_only(v), b = read_only(v + 1);
     const uint32_t words[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
     for (int i = 0; i < 32; ++i) out[i] = static_cast<uint8_t>(words[i / 4] >> (8 * (i % 4)));
   } else {
-    load_pairs(p, out);
+    load_words(p, out);
   }
 }
 
 // Scale and minimum of sub-block j of a Q4_K/Q5_K super-block (k_quant_scale_min's bits).
 HD void scale_min(int j, const uint8_t* q, int* sc, int* m) {
+  const int here = read_only(q + j), above = read_only(q + j + 4);
   if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
+    *sc = here & 63;
+    *m = above & 63;
   } else {
-    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    *sc = (above & 0xF) | ((read_only(q + j - 4) >> 6) << 4);
+    *m = (above >> 4) | ((here >> 6) << 4);
   }
 }
 
@@ -77,9 +124,9 @@ struct Quant<kWeightQ8_0> {
   template <bool kVector>
   HD static void unit(const uint8_t* __restrict__ row, int32_t u, float* v) {
     const Block& b = reinterpret_cast<const Block*>(row)[u];
-    const float d = half_bits(b.d);
+    const float d = half_at(b.d);
     uint8_t qs[kUnit];
-    load_pairs(reinterpret_cast<const uint8_t*>(b.qs), qs);
+    load_words(reinterpret_cast<const uint8_t*>(b.qs), qs);
 #pragma unroll
     for (int j = 0; j < kUnit; ++j) v[j] = d * static_cast<int8_t>(qs[j]);
   }
@@ -91,9 +138,9 @@ struct Quant<kWeightQ4_0> {
   template <bool kVector>
   HD static void unit(const uint8_t* __restrict__ row, int32_t u, float* v) {
     const Block& b = reinterpret_cast<const Block*>(row)[u];
-    const float d = half_bits(b.d);
+    const float d = half_at(b.d);
     uint8_t qs[kUnit / 2];
-    load_pairs(b.qs, qs);
+    load_words(b.qs, qs);
 #pragma unroll
     for (int j = 0; j < kUnit / 2; ++j) {
       v[j] = d * ((qs[j] & 0xF) - 8);
@@ -108,9 +155,9 @@ struct Quant<kWeightQ4_1> {
   template <bool kVector>
   HD static void unit(const uint8_t* __restrict__ row, int32_t u, float* v) {
     const Block& b = reinterpret_cast<const Block*>(row)[u];
-    const float d = half_bits(b.d), m = half_bits(b.m);
+    const float d = half_at(b.d), m = half_at(b.m);
     uint8_t qs[kUnit / 2];
-    load_pairs(b.qs, qs);
+    load_words(b.qs, qs);
 #pragma unroll
     for (int j = 0; j < kUnit / 2; ++j) {
       v[j] = d * (qs[j] & 0xF) + m;
@@ -132,10 +179,10 @@ struct Quant<kWeightQ5_0> {
   template <bool kVector>
   HD static void unit(const uint8_t* __restrict__ row, int32_t u, float* v) {
     const Block& b = reinterpret_cast<const Block*>(row)[u];
-    const float d = half_bits(b.d);
+    const float d = half_at(b.d);
     const uint32_t qh = high_bits(b.qh);
     uint8_t qs[kUnit / 2];
-    load_pairs(b.qs, qs);
+    load_words(b.qs, qs);
 #pragma unroll
     for (int j = 0; j < kUnit / 2; ++j) {
       v[j] = d * (static_cast<int>((qs[j] & 0xF) | ((qh >> j) & 1) << 4) - 16);
@@ -150,10 +197,10 @@ struct Quant<kWeightQ5_1> {
   template <bool kVector>
   HD static void unit(const uint8_t* __restrict__ row, int32_t u, float* v) {
     const Block& b = reinterpret_cast<const Block*>(row)[u];
-    const float d = half_bits(b.d), m = half_bits(b.m);
+    const float d = half_at(b.d), m = half_at(b.m);
     const uint32_t qh = high_bits(b.qh);
     uint8_t qs[kUnit / 2];
-    load_pairs(b.qs, qs);
+    load_words(b.qs, qs);
 #pragma unroll
     for (int j = 0; j < kUnit / 2; ++j) {
       v[j] = d * static_cast<int>((qs[j] & 0xF) | ((qh >> j) & 1) << 4) + m;
@@ -172,7 +219,7 @@ struct QuantK45 {
     const int j = u % 8, h = j % 2;
     int sc, m;
     scale_min(j, b.scales, &sc, &m);
-    const float dh = half_bits(b.d) * sc, mh = half_bits(b.dmin) * m;
+    const float dh = half_at(b.d) * sc, mh = half_at(b.dmin) * m;
     uint8_t q[32], qh[32];
     load32<kVector>(b.qs + 32 * (j / 2), q);
     if constexpr (kFiveBits) load32<kVector>(b.qh, qh);
@@ -199,10 +246,10 @@ struct Quant<kWeightQ6_K> {
   HD static void unit(const uint8_t* __restrict__ row, int32_t u, float* v) {
     const BlockQ6_K& b = reinterpret_cast<const BlockQ6_K*>(row)[u / 8];
     const int half = (u % 8) / 4, quarter = u % 4;
-    const float d = half_bits(b.d);
+    const float d = half_at(b.d);
     uint8_t ql[kUnit], qh[kUnit], sc[2];
-    load_pairs(b.ql + 64 * half + 32 * (quarter % 2), ql);
-    load_pairs(b.qh + 32 * half, qh);
+    load_words(b.ql + 64 * half + 32 * (quarter % 2), ql);
+    load_words(b.qh + 32 * half, qh);
     load_pairs(reinterpret_cast<const uint8_t*>(b.scales) + 8 * half + 2 * quarter, sc);
 #pragma unroll
     for (int l = 0; l < kUnit; ++l) {
@@ -224,12 +271,12 @@ template <int R>
 constexpr int32_t kStageCols = kStageFloats * kUnit / (kUnit + 1) / R / 1024 * 1024 > 1024
                                    ? kStageFloats * kUnit / (kUnit + 1) / R / 1024 * 1024 : 1024;
 
-// From 4 rows on a thread holds a unit's 32 values and R sums: at least 4 blocks of kThreads per
-// SM leave it 64 registers, where ptxas' own choice spilled 16-28 bytes per thread in the Q4_K
-// R=7/8 and Q5_K R=4 kernels (ptxas -v, sm_90). Fewer rows keep ptxas' choice (fewer registers,
-// more blocks per SM).
+// From 2 rows on a thread holds a unit's 32 values, its words and R sums: at least 4 blocks of
+// kThreads per SM leave it 64 registers, where ptxas' own choice (48) spilled 8-28 bytes per
+// thread in some (ptxas -v, sm_90). One row keeps ptxas' choice (under 48 registers, more blocks
+// per SM).
 template <int R>
-constexpr int kMinBlocksPerSm = R >= 4 ? 4 : 0;  // 0: unspecified
+constexpr int kMinBlocksPerSm = R >= 2 ? 4 : 0;  // 0: unspecified
 
 template <uint32_t kType, int R, bool kVector>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<R>) gemv_quant_kernel(const float* __restrict__ x,

@@ -83,8 +83,10 @@ TEST(GpuParity, MatmulQuantizedMatchesTheCpuTwin) {
 
 // No GPU needed: the kernels' own decoders, compiled for the host, give dequantize_row's values
 // (to within the rounding of d·q + m as one fused multiply-add or two operations) for every unit
-// of every type, through both the 16-byte and the two-byte loads. A bit taken from the wrong place
-// moves a value by a whole quantization step, a million times this margin.
+// of every type, through both the 16-byte and the four-byte loads, with the matrix at a 4-byte
+// boundary and 2 bytes past one (so every block is read both ways, whole words and words shifted
+// together). A bit taken from the wrong place moves a value by a whole quantization step, a
+// million times this margin.
 TEST(QuantDecoders, DeviceDecodersGiveTheHostsValues) {
   struct alignas(16) Chunk { uint8_t b[16]; };
   for (const TensorType type : kTypes) {
@@ -92,21 +94,25 @@ TEST(QuantDecoders, DeviceDecodersGiveTheHostsValues) {
     const int32_t n_out = 5, n_in = 1024;
     const QuantWeights w = quantized(type, n_out, n_in, 7);
     const int64_t row_bytes = tensor_row_bytes(type, n_in);
-    std::vector<Chunk> aligned((w.bytes.size() + 15) / 16);
-    std::memcpy(aligned.data(), w.bytes.data(), w.bytes.size());
-    for (int32_t o = 0; o < n_out; ++o) {
-      const float* want = w.values.data() + static_cast<int64_t>(o) * n_in;
-      float scale = 0.0f;
-      for (int32_t i = 0; i < n_in; ++i) scale = std::max(scale, std::fabs(want[i]));
-      const uint8_t* row = reinterpret_cast<const uint8_t*>(aligned.data()) + o * row_bytes;
-      for (const bool vector : {false, true}) {
-        if (vector && reinterpret_cast<uintptr_t>(row) % 16 != 0) continue;  // only aligned rows take 16-byte loads
-        for (int32_t u = 0; u < n_in / 32; ++u) {
-          float got[32];
-          ASSERT_EQ(kernels::decode_quant_unit(static_cast<uint32_t>(type), row, u, vector, got), 0);
-          for (int j = 0; j < 32; ++j) {
-            ASSERT_NEAR(got[j], want[u * 32 + j], 1e-6f * scale)
-                << "row " << o << " unit " << u << " value " << j << (vector ? " (16-byte loads)" : " (two-byte loads)");
+    for (const size_t offset : {0, 2}) {
+      // Whole 4-byte words from a 16-byte boundary, as the backend's buffers are.
+      std::vector<Chunk> buffer((offset + w.bytes.size() + 15) / 16);
+      std::memcpy(reinterpret_cast<uint8_t*>(buffer.data()) + offset, w.bytes.data(), w.bytes.size());
+      for (int32_t o = 0; o < n_out; ++o) {
+        const float* want = w.values.data() + static_cast<int64_t>(o) * n_in;
+        float scale = 0.0f;
+        for (int32_t i = 0; i < n_in; ++i) scale = std::max(scale, std::fabs(want[i]));
+        const uint8_t* row = reinterpret_cast<const uint8_t*>(buffer.data()) + offset + o * row_bytes;
+        for (const bool vector : {false, true}) {
+          if (vector && reinterpret_cast<uintptr_t>(row) % 16 != 0) continue;  // only aligned rows take 16-byte loads
+          for (int32_t u = 0; u < n_in / 32; ++u) {
+            float got[32];
+            ASSERT_EQ(kernels::decode_quant_unit(static_cast<uint32_t>(type), row, u, vector, got), 0);
+            for (int j = 0; j < 32; ++j) {
+              ASSERT_NEAR(got[j], want[u * 32 + j], 1e-6f * scale)
+                  << "offset " << offset << " row " << o << " unit " << u << " value " << j
+                  << (vector ? " (16-byte loads)" : " (four-byte loads)");
+            }
           }
         }
       }
