@@ -59,12 +59,14 @@ TokenEvent RequestOutput::take(const float* raw, int32_t n_vocab, const std::vec
   const double lse = kernels::cpu_log_sum_exp(raw, n_vocab);  // the normaliser of the token distribution
   ev.logprob = static_cast<float>(raw[token] - lse);
   if (options_.top_logprobs > 0) {
+    // The sampler's order: highest first, ties to the lower id, NaN as −inf.
     std::vector<std::pair<float, TokenId>> best;
     best.reserve(n_vocab);
-    for (int32_t i = 0; i < n_vocab; ++i) best.push_back({raw[i], i});
+    for (int32_t i = 0; i < n_vocab; ++i) best.push_back({std::isnan(raw[i]) ? -INFINITY : raw[i], i});
     const int32_t k = std::min(options_.top_logprobs, n_vocab);
-    std::partial_sort(best.begin(), best.begin() + k, best.end(),
-                      [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::partial_sort(best.begin(), best.begin() + k, best.end(), [](const auto& a, const auto& b) {
+      return a.first > b.first || (a.first == b.first && a.second < b.second);
+    });
     for (int32_t i = 0; i < k; ++i) ev.top_logprobs.push_back({best[i].second, static_cast<float>(best[i].first - lse)});
   }
   return emit(std::move(ev));

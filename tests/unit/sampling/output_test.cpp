@@ -87,5 +87,27 @@ TEST(RequestOutput, TakingTheTop1EqualsTakingTheRow) {
   EXPECT_GT(steps, 1);
 }
 
+// Top log-probabilities follow the sampler's order: highest first, ties to the lower id, and a NaN
+// logit (as −inf) never above a number; the taken token is the first of them when greedy.
+TEST(RequestOutput, TopLogprobsPassOverNanAndBreakTiesByTheLowerId) {
+  OutputOptions four;
+  four.top_logprobs = 4;
+  auto tok = default_tokenizer();
+  ASSERT_NE(tok, nullptr);
+  RequestOutput out(*tok, four);
+  std::vector<float> logits(tok->n_vocab(), -5.0f);
+  for (TokenId t : {1500, 1300, 1200, 1100, 1400}) logits[t] = 7.0f;  // a tie of five: the lowest ids
+  for (TokenId t : {0, 2, 1000, 2000}) logits[t] = NAN;  // among the first k the sort looks at, too
+  const TokenEvent ev = out.take(logits.data(), tok->n_vocab(), {1}, 0, 0.0f);
+  EXPECT_EQ(ev.id, 1100);
+  ASSERT_EQ(ev.top_logprobs.size(), 4u);
+  const std::vector<TokenId> want = {1100, 1200, 1300, 1400};
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(ev.top_logprobs[i].first, want[i]) << "place " << i;
+    EXPECT_TRUE(std::isfinite(ev.top_logprobs[i].second)) << "place " << i;
+  }
+  EXPECT_FLOAT_EQ(ev.top_logprobs[0].second, ev.logprob);
+}
+
 }  // namespace
 }  // namespace helios
