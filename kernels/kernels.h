@@ -3,6 +3,8 @@
 // checked against its `ref_` twin. Plain types only: no CUDA, no gRPC, no Helios classes.
 #pragma once
 
+#include <cfloat>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -193,10 +195,12 @@ void ref_matmul_bf16(const float* x, const uint16_t* w, int32_t n_rows, int32_t 
                      int32_t n_out, float* y);
 void ref_f32_to_bf16(const float* x, int64_t n, uint16_t* out);
 
-// A NaN logit (weights gone wrong, or a 16-bit overflow) counts as −inf everywhere, on every
-// backend: it never wins an argmax, an exit's top-1 or a draw while a number is left, and adds
-// nothing to a softmax's sums (helios::confidence_stats' rule).
-// The first index of the largest of n values, NaN as −inf (0 when n is 0).
+// A logit as every argmax, exit statistic and draw takes it, on every backend: NaN (weights gone
+// wrong, a 16-bit overflow) as −inf, so it never wins while a number is left and adds nothing to a
+// softmax's sums (helios::confidence_stats' rule); +inf (or a logit over a tiny temperature) as
+// FLT_MAX, so the largest share the mass instead of making every probability NaN.
+inline float softmax_logit(float x) { return std::fmin(std::fmax(x, -INFINITY), FLT_MAX); }
+// The first index of the largest of n softmax_logit values (0 when n is 0).
 int32_t ref_argmax(const float* x, int32_t n);
 
 // Early-exit confidence over the vocabulary, per row of logits [n_rows, n_vocab]:
@@ -316,7 +320,8 @@ int launch_matmul_quant(uint32_t weight_type, const float* x, const void* w, int
                         int32_t n_out, float* y, void* stream);
 // The device's decoder for values [32·unit, 32·unit + 32) of a quantized row, run on the host:
 // the same code the kernels above inline, with 16-byte loads (Q4_K, Q5_K; the row must then be
-// 16-byte aligned) or two-byte loads. For tests on machines without a GPU; cudaErrorInvalidValue for
+// 16-byte aligned) or aligned four-byte loads (two shifted together where a stretch starts 2 bytes
+// into a word). For tests on machines without a GPU; cudaErrorInvalidValue for
 // a type launch_matmul_quant does not read.
 int decode_quant_unit(uint32_t weight_type, const void* row, int32_t unit, bool vector_loads, float* out);
 // out[n_rows, n_in] = the rows dequantized and rounded to f16 (for a cuBLAS product of many rows).
@@ -324,7 +329,7 @@ int launch_dequantize_f16(uint32_t weight_type, const void* w, int32_t n_rows, i
                           void* stream);
 int launch_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,
                       float* top1_prob, float* margin, float* entropy, void* stream);
-// The key launch_sample_rows sorts a row's logit by (tempered; -0 as +0), the logit back from a
+// The key launch_sample_rows sorts a row's logit by (softmax_logit of it tempered; -0 as +0), the logit back from a
 // key, and the key bits the sort reads for n_rows rows: keys sorted ascending on those bits put
 // the rows in order and each row in ref_sample_rows' order. Host-callable, for tests on machines
 // without a GPU.

@@ -5,6 +5,8 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <cfloat>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -60,6 +62,9 @@ __host__ __device__ __forceinline__ To bit_cast(From x) {
   std::memcpy(&out, &x, sizeof out);
   return out;
 }
+
+// kernels::softmax_logit on the device: NaN as -inf, +inf as FLT_MAX.
+__host__ __device__ __forceinline__ float softmax_logit(float x) { return fminf(fmaxf(x, -INFINITY), FLT_MAX); }
 
 // A float's bits as an unsigned key with the same order (larger float → larger key).
 __host__ __device__ __forceinline__ uint32_t order_key(float f) {

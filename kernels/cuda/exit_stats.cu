@@ -28,7 +28,7 @@ __global__ void __launch_bounds__(kThreads) exit_stats_kernel(const float* logit
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   Top2 t{-INFINITY, INT32_MAX, -INFINITY};
   for (int32_t i = threadIdx.x; i < n_vocab; i += blockDim.x) {
-    t = merge(t, Top2{fmaxf(x[i], -INFINITY), i, -INFINITY});  // NaN as -inf (ref_argmax)
+    t = merge(t, Top2{cuda::softmax_logit(x[i]), i, -INFINITY});
   }
   for (int o = 16; o > 0; o >>= 1) {
     const Top2 other{__shfl_xor_sync(cuda::kFullMask, t.v1, o), __shfl_xor_sync(cuda::kFullMask, t.i1, o),
@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kThreads) exit_stats_kernel(const float* logit
   const float m = best.v1;
   float sum = 0.0f, weighted = 0.0f;
   for (int32_t i = threadIdx.x; i < n_vocab; i += blockDim.x) {
-    const float d = fmaxf(x[i], -INFINITY) - m;  // NaN as -inf
+    const float d = cuda::softmax_logit(x[i]) - m;
     const float e = expf(d);
     sum += e;
     if (e > 0.0f) weighted += d * e;  // a masked logit (-inf) adds nothing, not -inf*0

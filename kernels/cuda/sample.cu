@@ -25,12 +25,12 @@ size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 // --- Sort keys: (row << 32) | ~ascending(logit), sorted ascending: rows in order, and within a
 // row the logits descending.
 
-// The logit tempered, NaN as -inf (never drawn while a number is left, as on the host), and -0 as
-// +0 (the bits order -0 below +0; the host's comparisons take them as equal, leaving the tie to
-// the ids).
+// The logit tempered, as softmax_logit takes it (NaN as -inf, so never drawn while a number is
+// left; +inf, or an overflow over a tiny temperature, as FLT_MAX), and -0 as +0 (the bits order -0
+// below +0; the host's comparisons take them as equal, leaving the tie to the ids).
 HD float tempered(float z, float temperature) {
-  z = fmaxf(z, -INFINITY);
-  const float k = temperature == 0.0f ? z : z / temperature;
+  z = cuda::softmax_logit(z);
+  const float k = cuda::softmax_logit(temperature == 0.0f ? z : z / temperature);
   return k == 0.0f ? 0.0f : k;
 }
 
@@ -240,14 +240,14 @@ __global__ void __launch_bounds__(kThreads, 1) select_kernel(const float* logits
   // Its log-probability under the raw row.
   const float* x = logits + static_cast<int64_t>(row.logits_row) * n_vocab;
   float m = -INFINITY;
-  for (int32_t i = threadIdx.x; i < n_vocab; i += kThreads) m = fmaxf(m, x[i]);
+  for (int32_t i = threadIdx.x; i < n_vocab; i += kThreads) m = fmaxf(m, cuda::softmax_logit(x[i]));
   m = cuda::block_max(m, sh.maxes);
   double s = 0;
-  for (int32_t i = threadIdx.x; i < n_vocab; i += kThreads) s += static_cast<double>(expf(fmaxf(x[i], -INFINITY) - m));
+  for (int32_t i = threadIdx.x; i < n_vocab; i += kThreads) s += static_cast<double>(expf(cuda::softmax_logit(x[i]) - m));
   s = cuda::block_sum(s, sh.sums);
   if (threadIdx.x == 0) {
     token[r] = chosen;
-    logprob[r] = static_cast<float>(x[chosen] - (static_cast<double>(m) + log(s)));
+    logprob[r] = static_cast<float>(cuda::softmax_logit(x[chosen]) - (static_cast<double>(m) + log(s)));
   }
 }
 

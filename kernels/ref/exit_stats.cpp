@@ -16,9 +16,10 @@ int32_t ref_argmax(const float* x, int32_t n) {
   int32_t best = 0;
   float best_value = -INFINITY;
   for (int32_t i = 0; i < n; ++i) {
-    if (x[i] > best_value) {  // false for NaN: it stays at −inf, below any number
+    const float v = softmax_logit(x[i]);
+    if (v > best_value) {
       best = i;
-      best_value = x[i];
+      best_value = v;
     }
   }
   return best;
@@ -30,8 +31,8 @@ void ref_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_
     const float* x = logits + static_cast<int64_t>(r) * n_vocab;
     const int32_t best = ref_argmax(x, n_vocab);
     float second = -INFINITY;
-    for (int32_t i = 0; i < n_vocab; ++i) if (i != best && x[i] > second) second = x[i];
-    const float m = std::fmax(x[best], -INFINITY);  // fmax(NaN, −inf) is −inf: NaN counts as −inf
+    for (int32_t i = 0; i < n_vocab; ++i) if (i != best) second = std::fmax(second, softmax_logit(x[i]));
+    const float m = softmax_logit(x[best]);
     top1[r] = best;
     if (m == -INFINITY) {  // no number above −inf: no token is preferred
       uniform_stats(n_vocab, top1_prob[r], margin[r], entropy[r]);
@@ -40,7 +41,7 @@ void ref_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_
     // sum = Σ e^(x−m); entropy = log(sum) − Σ (x−m)·e^(x−m) / sum
     double sum = 0, weighted = 0;
     for (int32_t i = 0; i < n_vocab; ++i) {
-      const double d = static_cast<double>(std::fmax(x[i], -INFINITY)) - m;
+      const double d = static_cast<double>(softmax_logit(x[i])) - m;
       const double e = std::exp(d);
       sum += e;
       if (e > 0) weighted += d * e;  // a masked logit (−inf) adds nothing, not −inf·0

@@ -12,18 +12,25 @@
 namespace helios::kernels {
 namespace {
 
-// max over x[begin, end), NaN as −inf
+#if defined(__AVX2__) && defined(__FMA__)
+// softmax_logit of 8 at once: max_ps gives its second operand for a NaN first one.
+__m256 softmax_logits(__m256 x) {
+  return _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-INFINITY)), _mm256_set1_ps(FLT_MAX));
+}
+#endif
+
+// max of softmax_logit over x[begin, end)
 float max_of(const float* x, int32_t begin, int32_t end) {
   float m = -INFINITY;
   int32_t i = begin;
 #if defined(__AVX2__) && defined(__FMA__)
   if (end - i >= 8) {
     __m256 v = _mm256_set1_ps(-INFINITY);
-    for (; i + 8 <= end; i += 8) v = _mm256_max_ps(_mm256_loadu_ps(x + i), v);  // a NaN first gives v
+    for (; i + 8 <= end; i += 8) v = _mm256_max_ps(v, softmax_logits(_mm256_loadu_ps(x + i)));
     m = quant::max_lanes_avx2(v);
   }
 #endif
-  for (; i < end; ++i) m = std::max(m, x[i]);  // m < NaN is false: m stays
+  for (; i < end; ++i) m = std::max(m, softmax_logit(x[i]));
   return m;
 }
 
@@ -39,9 +46,9 @@ ExpSums exp_sums(const float* x, int32_t n, float m) {
 #if defined(__AVX2__) && defined(__FMA__)
   __m256d sum_lo = _mm256_setzero_pd(), sum_hi = _mm256_setzero_pd();
   __m256d w_lo = _mm256_setzero_pd(), w_hi = _mm256_setzero_pd();
-  const __m256 mv = _mm256_set1_ps(m), low = _mm256_set1_ps(-INFINITY);
+  const __m256 mv = _mm256_set1_ps(m);
   for (; i + 8 <= n; i += 8) {
-    const __m256 d = _mm256_sub_ps(_mm256_max_ps(_mm256_loadu_ps(x + i), low), mv);  // NaN gives low: −inf
+    const __m256 d = _mm256_sub_ps(softmax_logits(_mm256_loadu_ps(x + i)), mv);
     const __m256 e = exp_avx2(d);
     sum_lo = _mm256_add_pd(sum_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
     sum_hi = _mm256_add_pd(sum_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
@@ -59,7 +66,7 @@ ExpSums exp_sums(const float* x, int32_t n, float m) {
   s.weighted = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
 #endif
   for (; i < n; ++i) {
-    const double d = static_cast<double>(std::fmax(x[i], -INFINITY)) - m;
+    const double d = static_cast<double>(softmax_logit(x[i])) - m;
     const double e = std::exp(d);
     s.sum += e;
     if (kWeighted && e > 0) s.weighted += d * e;
@@ -74,8 +81,10 @@ void cpu_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_
   for (int32_t r = 0; r < n_rows; ++r) {
     const float* x = logits + static_cast<int64_t>(r) * n_vocab;
     const float m = max_of(x, 0, n_vocab);
-    // The lowest id on ties. A row with no number above −inf: ref_argmax's (NaN ties with −inf).
-    const int32_t best = m > -INFINITY ? static_cast<int32_t>(std::find(x, x + n_vocab, m) - x) : ref_argmax(x, n_vocab);
+    // The lowest id on ties; where m stands for other values (−inf for NaN, FLT_MAX for +inf),
+    // ref_argmax's.
+    const int32_t best = m > -INFINITY && m < FLT_MAX ? static_cast<int32_t>(std::find(x, x + n_vocab, m) - x)
+                                                      : ref_argmax(x, n_vocab);
     const float second = std::max(max_of(x, 0, best), max_of(x, best + 1, n_vocab));
     top1[r] = best;
     if (m == -INFINITY) {

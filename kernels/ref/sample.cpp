@@ -24,11 +24,12 @@ int32_t sample_row(const float* x, int32_t n_vocab, const SampleRow& row, const 
     const int32_t t = adjust[a].token;
     if (t >= 0 && t < n_vocab) y[t] = adjusted(adjust[a], x[t], row.repetition_penalty);
   }
-  for (float& v : y) v = std::isnan(v) ? -INFINITY : v;  // never drawn while a number is left
   if (row.temperature == 0.0f) return ref_argmax(y.data(), n_vocab);
 
+  // y tempered, as softmax_logit takes it (NaN is never drawn while a number is left).
+  for (float& v : y) v = softmax_logit(softmax_logit(v) / row.temperature);
   z.resize(n_vocab);
-  for (int32_t i = 0; i < n_vocab; ++i) z[i] = {y[i] / row.temperature, i};
+  for (int32_t i = 0; i < n_vocab; ++i) z[i] = {y[i], i};
   // Stable: equal values keep ascending ids, as the device's radix sort does.
   std::stable_sort(z.begin(), z.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   const int32_t n = row.top_k > 0 ? std::min(row.top_k, n_vocab) : n_vocab;
@@ -38,7 +39,7 @@ int32_t sample_row(const float* x, int32_t n_vocab, const SampleRow& row, const 
   const float max_z = z[0].first;
   double sum = 0;
   if (n == n_vocab) {
-    for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp(y[i] / row.temperature - max_z);
+    for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp(y[i] - max_z);
   } else {
     for (int32_t i = 0; i < n; ++i) sum += std::exp(z[i].first - max_z);
   }
@@ -61,7 +62,7 @@ int32_t sample_row(const float* x, int32_t n_vocab, const SampleRow& row, const 
   }
   double total = 0;
   if (keep == n_vocab) {
-    for (int32_t i = 0; i < n_vocab; ++i) total += prob_of(y[i] / row.temperature);
+    for (int32_t i = 0; i < n_vocab; ++i) total += prob_of(y[i]);
   } else {
     for (int32_t i = 0; i < keep; ++i) total += prob(i);
   }
@@ -82,7 +83,7 @@ void ref_sample_rows(const float* logits, int32_t n_vocab, const SampleRow* rows
   for (int32_t r = 0; r < n_rows; ++r) {
     const float* x = logits + static_cast<int64_t>(rows[r].logits_row) * n_vocab;
     token[r] = sample_row(x, n_vocab, rows[r], adjust, z);
-    logprob[r] = static_cast<float>(x[token[r]] - cpu_log_sum_exp(x, n_vocab));
+    logprob[r] = static_cast<float>(softmax_logit(x[token[r]]) - cpu_log_sum_exp(x, n_vocab));
   }
 }
 

@@ -98,12 +98,14 @@ void scaled_softmax(const float* z, int32_t n, double lse, float c, float* out) 
   int32_t i = 0;
 #if defined(__AVX2__) && defined(__FMA__)
   const __m256 vshift = _mm256_set1_ps(shift), vc = _mm256_set1_ps(c);
+  const __m256 vlow = _mm256_set1_ps(-INFINITY), vhigh = _mm256_set1_ps(FLT_MAX);
   for (; i + 8 <= n; i += 8) {
-    const __m256 e = kernels::exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(z + i), vshift));
+    const __m256 zi = _mm256_min_ps(_mm256_max_ps(_mm256_loadu_ps(z + i), vlow), vhigh);  // softmax_logit
+    const __m256 e = kernels::exp_avx2(_mm256_sub_ps(zi, vshift));
     _mm256_storeu_ps(out + i, _mm256_mul_ps(vc, e));
   }
 #endif
-  for (; i < n; ++i) out[i] = c * std::exp(z[i] - shift);
+  for (; i < n; ++i) out[i] = c * std::exp(kernels::softmax_logit(z[i]) - shift);
 }
 
 // Sparse KL of row r and, when `grad` is given, dL/dz written over the row (scaled by `scale`).
@@ -209,11 +211,13 @@ TeacherTargets teacher_targets(const HostHead& head, const float* h_last, int64_
       const float* z = pass.z.data() + static_cast<size_t>(r) * head.n_vocab;
       const double lse = kernels::cpu_log_sum_exp(z, head.n_vocab);
       std::iota(order.begin(), order.end(), 0);
-      std::partial_sort(order.begin(), order.begin() + t.k, order.end(),
-                        [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
+      auto logit = [&](int32_t i) { return kernels::softmax_logit(z[i]); };
+      std::partial_sort(order.begin(), order.begin() + t.k, order.end(), [&](int32_t a, int32_t b) {
+        return logit(a) > logit(b) || (logit(a) == logit(b) && a < b);
+      });
       for (int32_t j = 0; j < t.k; ++j) {
         t.ids[(r0 + r) * t.k + j] = order[j];
-        t.probs[(r0 + r) * t.k + j] = static_cast<float>(std::exp(z[order[j]] - lse));
+        t.probs[(r0 + r) * t.k + j] = static_cast<float>(std::exp(logit(order[j]) - lse));
       }
     }
   }

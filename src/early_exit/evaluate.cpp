@@ -10,6 +10,7 @@
 
 #include "helios/generate.h"
 #include "helios/teacher_forced.h"
+#include "kernels/kernels.h"
 
 namespace helios {
 namespace {
@@ -41,12 +42,12 @@ std::string rule_label(const ExitRule& r) {
   return s;
 }
 
-// -log softmax(row)[token], in double.
+// -log softmax(row)[token], in double, the logits as kernels::softmax_logit takes them.
 double nll(const float* row, int32_t n_vocab, TokenId token) {
-  const float mx = *std::max_element(row, row + n_vocab);
+  const float mx = kernels::softmax_logit(row[kernels::ref_argmax(row, n_vocab)]);
   double sum = 0;
-  for (int32_t v = 0; v < n_vocab; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
-  return std::log(sum) + mx - row[token];
+  for (int32_t v = 0; v < n_vocab; ++v) sum += std::exp(static_cast<double>(kernels::softmax_logit(row[v])) - mx);
+  return std::log(sum) + mx - kernels::softmax_logit(row[token]);
 }
 
 struct Generations {

@@ -57,12 +57,12 @@ TokenEvent RequestOutput::take(const float* raw, int32_t n_vocab, const std::vec
   ev.exit_layer = exit_layer;
   ev.confidence = confidence;
   const double lse = kernels::cpu_log_sum_exp(raw, n_vocab);  // the normaliser of the token distribution
-  ev.logprob = static_cast<float>(raw[token] - lse);
+  ev.logprob = static_cast<float>(kernels::softmax_logit(raw[token]) - lse);
   if (options_.top_logprobs > 0) {
-    // The sampler's order: highest first, ties to the lower id, NaN as −inf.
+    // The sampler's order: highest first, ties to the lower id, NaN as −inf (softmax_logit).
     std::vector<std::pair<float, TokenId>> best;
     best.reserve(n_vocab);
-    for (int32_t i = 0; i < n_vocab; ++i) best.push_back({std::isnan(raw[i]) ? -INFINITY : raw[i], i});
+    for (int32_t i = 0; i < n_vocab; ++i) best.push_back({kernels::softmax_logit(raw[i]), i});
     const int32_t k = std::min(options_.top_logprobs, n_vocab);
     std::partial_sort(best.begin(), best.begin() + k, best.end(), [](const auto& a, const auto& b) {
       return a.first > b.first || (a.first == b.first && a.second < b.second);

@@ -103,15 +103,17 @@ TokenId Sampler::sample(float* logits, int32_t n_vocab, const std::vector<TokenI
     if (t >= 0 && t < n_vocab) logits[t] -= params_.frequency_penalty * count + params_.presence_penalty;
   }
   if (params_.temperature == 0.0f) return argmax(logits, n_vocab);
-  // NaN as −inf, as argmax takes it: never drawn while a number is left, and the order below stays
-  // a strict weak order.
-  for (int32_t i = 0; i < n_vocab; ++i) logits[i] = std::isnan(logits[i]) ? -INFINITY : logits[i];
+  // The row tempered, in place, as kernels::softmax_logit takes it: NaN is never drawn while a
+  // number is left, and the order below stays a strict weak order.
+  for (int32_t i = 0; i < n_vocab; ++i) {
+    logits[i] = kernels::softmax_logit(kernels::softmax_logit(logits[i]) / params_.temperature);
+  }
 
   // Candidates by logit, highest first (ties: the lower id), cut to top-k. Only as long a prefix
   // as top-k, top-p, min-p and the draw look at is put in order: with a vocabulary of 150k, a
   // full sort per token would cost more than the forward pass.
   candidates_.resize(n_vocab);
-  for (int32_t i = 0; i < n_vocab; ++i) candidates_[i] = {logits[i] / params_.temperature, i};
+  for (int32_t i = 0; i < n_vocab; ++i) candidates_[i] = {logits[i], i};
   auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   const auto first = candidates_.begin();
   int32_t n = n_vocab, sorted = 0;
@@ -136,7 +138,7 @@ TokenId Sampler::sample(float* logits, int32_t n_vocab, const std::vector<TokenI
   const float max_logit = candidates_[0].first;
   double sum = 0;
   if (n == n_vocab) {
-    for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp(logits[i] / params_.temperature - max_logit);
+    for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp(logits[i] - max_logit);
   } else {
     for (int32_t i = 0; i < n; ++i) sum += std::exp(candidates_[i].first - max_logit);
   }
@@ -165,7 +167,7 @@ TokenId Sampler::sample(float* logits, int32_t n_vocab, const std::vector<TokenI
   // u times the kept mass (uniform_real_distribution<double>(0, total), made explicit).
   double total = 0;  // over the kept candidates: the sorted prefix, or all of them by id
   if (keep == n_vocab) {
-    for (int32_t i = 0; i < n_vocab; ++i) total += prob_of(logits[i] / params_.temperature);
+    for (int32_t i = 0; i < n_vocab; ++i) total += prob_of(logits[i]);
   } else {
     for (int32_t i = 0; i < keep; ++i) total += prob(i);
   }

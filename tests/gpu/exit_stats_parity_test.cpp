@@ -38,25 +38,29 @@ TEST(GpuParity, ExitStatsMatchTheCpuTwin) {
     EXPECT_TRUE(all_near(d_margin.to_host(), margin, 1e-5f, 1e-7f)) << "margin, n_vocab " << n_vocab;
     EXPECT_TRUE(all_near(d_entropy.to_host(), entropy, 0.0f, 1e-4f)) << "entropy, n_vocab " << n_vocab;
   }
-  // NaN logits (a forward pass gone wrong) count as -inf, as the twin takes them: never a top-1 past
-  // the vocabulary that would be emitted as a token, and rows with no number are uniform.
-  const int32_t n_vocab = 1000;
-  std::vector<float> rows = normal_floats(4 * n_vocab, 3, 3.0f);
+  // NaN logits (a forward pass gone wrong) count as -inf and +inf as FLT_MAX, as the twin takes
+  // them: never a top-1 past the vocabulary that would be emitted as a token, rows with no number
+  // are uniform, and two +inf share the mass.
+  const int32_t n_vocab = 1000, n_rows = 5;
+  std::vector<float> rows = normal_floats(n_rows * n_vocab, 3, 3.0f);
   rows[0] = NAN;                                                      // row 0: NaN first
   rows[n_vocab + kernels::ref_argmax(rows.data() + n_vocab, n_vocab)] = NAN;  // row 1: NaN at the best
   std::fill(rows.begin() + 2 * n_vocab, rows.begin() + 3 * n_vocab, NAN);  // row 2: all NaN
-  std::fill(rows.begin() + 3 * n_vocab, rows.end(), NAN);                  // row 3: NaN and -inf alone
+  std::fill(rows.begin() + 3 * n_vocab, rows.begin() + 4 * n_vocab, NAN);  // row 3: NaN and -inf alone
   rows[3 * n_vocab + 500] = -INFINITY;
-  std::vector<int32_t> want(4);
-  std::vector<float> stats(12);
-  kernels::ref_exit_stats(rows.data(), 4, n_vocab, want.data(), &stats[0], &stats[4], &stats[8]);
+  rows[4 * n_vocab + 10] = rows[4 * n_vocab + 900] = INFINITY;            // row 4: two +inf
+  std::vector<int32_t> want(n_rows);
+  std::vector<float> stats(3 * n_rows);
+  kernels::ref_exit_stats(rows.data(), n_rows, n_vocab, want.data(), &stats[0], &stats[n_rows], &stats[2 * n_rows]);
   EXPECT_EQ(want[2], 0);
   EXPECT_EQ(want[3], 0);
+  EXPECT_EQ(want[4], 10);
   EXPECT_EQ(stats[2], 1.0f / n_vocab) << "no number: uniform";
-  DeviceArray<float> d_rows(rows), d_stats(12);
-  DeviceArray<int32_t> d_top1(4);
-  ASSERT_EQ(kernels::launch_exit_stats(d_rows.get(), 4, n_vocab, d_top1.get(), d_stats.get(), d_stats.get() + 4,
-                                       d_stats.get() + 8, nullptr), 0);
+  EXPECT_FLOAT_EQ(stats[4], 0.5f) << "two +inf: half each";
+  DeviceArray<float> d_rows(rows), d_stats(3 * n_rows);
+  DeviceArray<int32_t> d_top1(n_rows);
+  ASSERT_EQ(kernels::launch_exit_stats(d_rows.get(), n_rows, n_vocab, d_top1.get(), d_stats.get(),
+                                       d_stats.get() + n_rows, d_stats.get() + 2 * n_rows, nullptr), 0);
   EXPECT_EQ(d_top1.to_host(), want);
   EXPECT_TRUE(all_near(d_stats.to_host(), stats, 1e-5f, 1e-4f)) << "statistics of rows with NaN";
 }

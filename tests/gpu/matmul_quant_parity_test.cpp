@@ -5,7 +5,7 @@
 // another order); the f16 dequantization is the host's values rounded to nearest even, to within
 // one unit in the last place of the half (d·q + m may be one fused multiply-add on one side and
 // two roundings on the other, which moves a value one float ulp and, rarely, its half).
-// Q4_K and Q5_K are read with 16-byte loads from aligned rows and two bytes at a time otherwise: both
+// Q4_K and Q5_K are read with 16-byte loads from aligned rows and in 4-byte words otherwise: both
 // paths run here, and on the CPU (no GPU needed) the device's decoders are checked against
 // dequantize_row unit by unit.
 #include <algorithm>

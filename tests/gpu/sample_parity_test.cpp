@@ -126,9 +126,9 @@ TEST(GpuParity, SampleRowsMatchTheCpuTwin) {
   }
 }
 
-// A NaN logit counts as -inf, greedy or drawn: the device takes the twin's tokens and
-// log-probabilities over rows with NaN at their best logit and at every seventh, and over a row of
-// NaN and -inf alone.
+// Logits as softmax_logit takes them, greedy or drawn: the device takes the twin's tokens and
+// log-probabilities over rows with NaN at their best logit and at every seventh, rows with two
+// +inf, and a row of NaN and -inf alone.
 TEST(GpuParity, SampleRowsPassOverNanAsTheTwinDoes) {
   HELIOS_REQUIRE_GPU();
   const int32_t n_vocab = 49152;
@@ -139,6 +139,7 @@ TEST(GpuParity, SampleRowsPassOverNanAsTheTwinDoes) {
     float* x = logits.data() + static_cast<size_t>(row) * n_vocab;
     x[kernels::ref_argmax(x, n_vocab)] = NAN;
     for (int32_t i = row; i < n_vocab; i += 7) x[i] = NAN;
+    if (row % 3 == 1) x[4 * row + 2] = x[n_vocab - 2] = INFINITY;
   }
   std::fill(logits.begin() + static_cast<size_t>(n_rows - 1) * n_vocab, logits.end(), NAN);  // the last row:
   logits[static_cast<size_t>(n_rows - 1) * n_vocab + 100] = -INFINITY;                        // no number at all
@@ -146,7 +147,9 @@ TEST(GpuParity, SampleRowsPassOverNanAsTheTwinDoes) {
     const Rows rows = greedy ? all_greedy_rows(r) : r;
     const Drawn want = draw_on_the_twin(logits, n_vocab, rows);
     for (int32_t row = 0; row + 1 < n_rows; ++row) {
-      EXPECT_FALSE(std::isnan(logits[static_cast<size_t>(row) * n_vocab + want.token[row]])) << "row " << row;
+      const float taken = logits[static_cast<size_t>(row) * n_vocab + want.token[row]];
+      EXPECT_FALSE(std::isnan(taken)) << "row " << row;
+      if (row % 3 == 1) EXPECT_EQ(taken, INFINITY) << "row " << row << ": the +inf take the mass";
     }
     if (greedy) {
       EXPECT_EQ(want.token[n_rows - 1], 0) << "no number: the first id";
@@ -185,7 +188,8 @@ TEST(SampleSortKeys, SortedKeysGiveEachRowTheTwinsOrder) {
     const auto r = static_cast<int32_t>(at / n_vocab);
     keys[at] = kernels::sample_sort_key(r, logits[at], temperatures[r]);
     ASSERT_EQ(keys[at] >> end_bit, 0u) << "a key holds bits the sort does not read";
-    const float tempered = temperatures[r] == 0.0f ? logits[at] : logits[at] / temperatures[r];
+    const float logit = kernels::softmax_logit(logits[at]);
+    const float tempered = kernels::softmax_logit(temperatures[r] == 0.0f ? logit : logit / temperatures[r]);
     const float back = kernels::sample_sort_key_logit(keys[at]);
     EXPECT_EQ(back, tempered) << "logit " << logits[at] << " at " << at;
     EXPECT_FALSE(std::signbit(back) && back == 0.0f) << "-0 sorts as +0";
@@ -196,7 +200,9 @@ TEST(SampleSortKeys, SortedKeysGiveEachRowTheTwinsOrder) {
   for (int32_t r = 0; r < n_rows; ++r) {
     const float t = temperatures[r] == 0.0f ? 1.0f : temperatures[r];
     std::vector<std::pair<float, int32_t>> want(n_vocab);
-    for (int32_t i = 0; i < n_vocab; ++i) want[i] = {logits[static_cast<size_t>(r) * n_vocab + i] / t, i};
+    for (int32_t i = 0; i < n_vocab; ++i) {
+      want[i] = {kernels::softmax_logit(kernels::softmax_logit(logits[static_cast<size_t>(r) * n_vocab + i]) / t), i};
+    }
     std::stable_sort(want.begin(), want.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     for (int32_t i = 0; i < n_vocab; ++i) {
       const size_t at = order[static_cast<size_t>(r) * n_vocab + i];

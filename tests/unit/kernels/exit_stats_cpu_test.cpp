@@ -3,6 +3,8 @@
 // log-normaliser 2e-6 relative; entropy 1e-5 absolute.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <random>
 #include <string>
@@ -53,10 +55,11 @@ TEST(CpuExitStats, MatchTheDoubleReference) {
   }
 }
 
-// A NaN logit counts as −inf, in the vector loop or the scalar tail: the top-1 is ref_argmax's, and
-// the statistics are those of the row with −inf in its place (helios::confidence_stats' rule); a
-// row with no number above −inf is uniform.
-TEST(CpuExitStats, ANanCountsAsMinusInfinityForTheTop1) {
+// Logits as softmax_logit takes them, in the vector loop or the scalar tail: NaN as −inf (the top-1
+// is ref_argmax's, and the statistics those of the row with −inf in its place, as
+// helios::confidence_stats has it), +inf as FLT_MAX (the largest share the mass); a row with no
+// number above −inf is uniform.
+TEST(CpuExitStats, NanCountsAsMinusInfinityAndInfinityAsTheLargestFloat) {
   const float nan = NAN, inf = INFINITY;
   for (int32_t n : {3, 9, 1000, 1003}) {
     std::vector<float> base(n);
@@ -75,12 +78,14 @@ TEST(CpuExitStats, ANanCountsAsMinusInfinityForTheTop1) {
         {with(all_low, {{0, nan}, {n - 1, nan}}), 0},                // NaN ties with −inf
         {with(all_nan, {{n - 1, -inf}}), 0},
         {with(all_nan, {{n - 1, -3.0f}}), n - 1},
+        {with(base, {{1, inf}, {n - 1, inf}}), 1},                  // two +inf share the mass
+        {with(base, {{2, FLT_MAX}, {n - 1, inf}, {0, nan}}), 2},    // +inf ties with FLT_MAX
     };
     for (size_t k = 0; k < rows.size(); ++k) {
       SCOPED_TRACE("n " + std::to_string(n) + ", row " + std::to_string(k));
       const std::vector<float>& x = rows[k].first;
       std::vector<float> masked = x;
-      for (float& v : masked) v = std::isnan(v) ? -inf : v;
+      for (float& v : masked) v = std::isnan(v) ? -inf : std::fmin(v, FLT_MAX);
       int32_t want_top1 = -1, ref_top1 = -1, top1 = -1;
       float want[3], ref[3], cpu[3];
       kernels::ref_exit_stats(masked.data(), 1, n, &want_top1, &want[0], &want[1], &want[2]);
@@ -102,6 +107,12 @@ TEST(CpuExitStats, ANanCountsAsMinusInfinityForTheTop1) {
       for (int s = 0; s < 3; ++s) {
         EXPECT_EQ(ref[s], want[s]) << "statistic " << s;
         EXPECT_NEAR(cpu[s], want[s], 1e-5) << "statistic " << s;
+      }
+      const auto n_top = std::count_if(x.begin(), x.end(), [](float v) { return v >= FLT_MAX; });
+      if (n_top == 2) {  // two largest: half the mass each
+        EXPECT_FLOAT_EQ(ref[0], 0.5f);
+        EXPECT_EQ(ref[1], 0.0f);
+        EXPECT_NEAR(ref[2], std::log(2.0), 1e-6);
       }
       EXPECT_EQ(kernels::cpu_log_sum_exp(x.data(), n), kernels::cpu_log_sum_exp(masked.data(), n));
     }

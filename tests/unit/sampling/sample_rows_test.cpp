@@ -81,6 +81,19 @@ std::vector<Case> cases() {
   return out;
 }
 
+// The twin's token for the draw `planned` plans over the raw row (and its log-probability).
+int32_t twin_token(Sampler& planned, const std::vector<float>& raw, const std::vector<TokenId>& history,
+                   float* logprob) {
+  const auto n_vocab = static_cast<int32_t>(raw.size());
+  std::optional<SampleDraw> draw = planned.plan_draw(history, n_vocab);
+  EXPECT_TRUE(draw.has_value());
+  if (!draw) return -1;
+  draw->row.adjust_end = static_cast<int32_t>(draw->adjust.size());
+  int32_t token = -1;
+  kernels::ref_sample_rows(raw.data(), n_vocab, &draw->row, 1, draw->adjust.data(), &token, logprob);
+  return token;
+}
+
 // One seeded generation of `steps` tokens over rows like a model's: the twin takes the host
 // sampler's token at every step, with the host's log-probability. With `nans`, each row loses its
 // best logit, about a tenth of the rest and ids 0 and 7 (a bias or penalty names them in some
@@ -99,13 +112,8 @@ void expect_the_twin_takes_the_hosts_tokens(const Case& c, int32_t n_vocab, int 
     }
     std::vector<float> scratch = raw;
     const TokenId want = host.sample(scratch.data(), n_vocab, history);
-
-    std::optional<SampleDraw> draw = planned.plan_draw(history, n_vocab);
-    ASSERT_TRUE(draw.has_value());
-    draw->row.adjust_end = static_cast<int32_t>(draw->adjust.size());
-    int32_t got = -1;
     float logprob = 0;
-    kernels::ref_sample_rows(raw.data(), n_vocab, &draw->row, 1, draw->adjust.data(), &got, &logprob);
+    const int32_t got = twin_token(planned, raw, history, &logprob);
     ASSERT_EQ(got, want) << "step " << step;
     ASSERT_FALSE(std::isnan(raw[got])) << "step " << step;
     EXPECT_FLOAT_EQ(logprob, static_cast<float>(raw[got] - kernels::cpu_log_sum_exp(raw.data(), n_vocab)));
@@ -132,6 +140,47 @@ TEST(SampleRows, ANanLogitIsNeverPickedWhileANumberIsLeft) {
     SCOPED_TRACE(c.name);
     expect_the_twin_takes_the_hosts_tokens(c, 1000, 12, true);
   }
+}
+
+// +inf logits (a 16-bit overflow) share the mass: every setting takes one of them, host and twin
+// alike. A tiny temperature that overflows the largest logits to +inf draws among those, not the
+// least likely token.
+TEST(SampleRows, InfiniteLogitsTakeTheMass) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    std::mt19937 rng(c.params.seed);
+    std::vector<float> raw = logits_like_a_model(1000, rng, c.ties);
+    raw[11] = raw[500] = INFINITY;
+    Sampler host(c.params), planned(c.params);
+    std::vector<float> scratch = raw;
+    const TokenId want = host.sample(scratch.data(), 1000, {1, 0});
+    EXPECT_TRUE(want == 11 || want == 500) << want;
+    float logprob = 0;
+    EXPECT_EQ(twin_token(planned, raw, {1, 0}, &logprob), want);
+    EXPECT_TRUE(std::isfinite(logprob)) << logprob;
+  }
+  for (const float temperature : {1e-39f, 1e-30f}) {
+    std::vector<float> x(64);
+    for (int32_t i = 0; i < 64; ++i) x[i] = -1.0f - 0.01f * i;
+    x[40] = 0.9f;  // over 1e-39, past FLT_MAX
+    for (const double uniform : {0.0, 0.5, 0.999}) {
+      kernels::SampleRow row;
+      row.temperature = temperature;
+      row.uniform = uniform;
+      int32_t token = -1;
+      float logprob = 0;
+      kernels::ref_sample_rows(x.data(), 64, &row, 1, nullptr, &token, &logprob);
+      EXPECT_EQ(token, 40) << "temperature " << temperature << ", uniform " << uniform;
+    }
+    SamplingParams p;
+    p.temperature = temperature;
+    Sampler host(p);
+    std::vector<float> logits = x;
+    EXPECT_EQ(host.sample(logits.data(), 64, {}), 40) << "temperature " << temperature;
+  }
+}
+
+TEST(SampleRows, ARowWithNoNumberGivesTheFirstIdWhenGreedy) {
   // No number at all: the first id, as ref_argmax gives.
   std::vector<float> nans(16, NAN);
   nans[9] = -INFINITY;
