@@ -200,8 +200,12 @@ void ref_f32_to_bf16(const float* x, int64_t n, uint16_t* out);
 // softmax's sums (helios::confidence_stats' rule); +inf (or a logit over a tiny temperature) as
 // FLT_MAX, so the largest share the mass instead of making every probability NaN.
 inline float softmax_logit(float x) { return std::fmin(std::fmax(x, -INFINITY), FLT_MAX); }
+// A logit over a temperature > 0, as sampling sorts and sums it (the device's twin: sample.cu).
+inline float tempered_logit(float x, float temperature) { return softmax_logit(softmax_logit(x) / temperature); }
 // The first index of the largest of n softmax_logit values (0 when n is 0).
 int32_t ref_argmax(const float* x, int32_t n);
+// −log softmax(row)[token] over n softmax_logit values, summed in double.
+double ref_neg_log_prob(const float* row, int32_t n, int32_t token);
 
 // Early-exit confidence over the vocabulary, per row of logits [n_rows, n_vocab]:
 //   top1: the most likely id (lowest on ties; ref_argmax); top1_prob: its softmax probability;

@@ -25,6 +25,13 @@ int32_t ref_argmax(const float* x, int32_t n) {
   return best;
 }
 
+double ref_neg_log_prob(const float* row, int32_t n, int32_t token) {
+  const float m = softmax_logit(row[ref_argmax(row, n)]);
+  double sum = 0;
+  for (int32_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(softmax_logit(row[i])) - m);
+  return std::log(sum) + m - softmax_logit(row[token]);
+}
+
 void ref_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,
                     float* top1_prob, float* margin, float* entropy) {
   for (int32_t r = 0; r < n_rows; ++r) {

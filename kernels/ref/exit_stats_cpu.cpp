@@ -12,13 +12,6 @@
 namespace helios::kernels {
 namespace {
 
-#if defined(__AVX2__) && defined(__FMA__)
-// softmax_logit of 8 at once: max_ps gives its second operand for a NaN first one.
-__m256 softmax_logits(__m256 x) {
-  return _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-INFINITY)), _mm256_set1_ps(FLT_MAX));
-}
-#endif
-
 // max of softmax_logit over x[begin, end)
 float max_of(const float* x, int32_t begin, int32_t end) {
   float m = -INFINITY;
@@ -26,7 +19,7 @@ float max_of(const float* x, int32_t begin, int32_t end) {
 #if defined(__AVX2__) && defined(__FMA__)
   if (end - i >= 8) {
     __m256 v = _mm256_set1_ps(-INFINITY);
-    for (; i + 8 <= end; i += 8) v = _mm256_max_ps(v, softmax_logits(_mm256_loadu_ps(x + i)));
+    for (; i + 8 <= end; i += 8) v = _mm256_max_ps(v, softmax_logits_avx2(_mm256_loadu_ps(x + i)));
     m = quant::max_lanes_avx2(v);
   }
 #endif
@@ -48,7 +41,7 @@ ExpSums exp_sums(const float* x, int32_t n, float m) {
   __m256d w_lo = _mm256_setzero_pd(), w_hi = _mm256_setzero_pd();
   const __m256 mv = _mm256_set1_ps(m);
   for (; i + 8 <= n; i += 8) {
-    const __m256 d = _mm256_sub_ps(softmax_logits(_mm256_loadu_ps(x + i)), mv);
+    const __m256 d = _mm256_sub_ps(softmax_logits_avx2(_mm256_loadu_ps(x + i)), mv);
     const __m256 e = exp_avx2(d);
     sum_lo = _mm256_add_pd(sum_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
     sum_hi = _mm256_add_pd(sum_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));

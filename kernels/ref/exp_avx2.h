@@ -4,7 +4,16 @@
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 
+#include <cfloat>
+#include <cmath>
+
 namespace helios::kernels {
+
+// softmax_logit (kernels.h) of 8 at once: NaN as −inf (max_ps gives its second operand for a NaN
+// first one), +inf as FLT_MAX.
+inline __m256 softmax_logits_avx2(__m256 x) {
+  return _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-INFINITY)), _mm256_set1_ps(FLT_MAX));
+}
 
 // e^x for x <= 0 (scores minus their maximum), 8 at a time: e^x = 2^n * 2^f with n = round(x log2 e),
 // n set in the exponent bits and 2^f, f in [-0.5, 0.5], from its Taylor polynomial of degree 6

@@ -26,8 +26,8 @@ int32_t sample_row(const float* x, int32_t n_vocab, const SampleRow& row, const 
   }
   if (row.temperature == 0.0f) return ref_argmax(y.data(), n_vocab);
 
-  // y tempered, as softmax_logit takes it (NaN is never drawn while a number is left).
-  for (float& v : y) v = softmax_logit(softmax_logit(v) / row.temperature);
+  // y tempered (NaN is never drawn while a number is left).
+  for (float& v : y) v = tempered_logit(v, row.temperature);
   z.resize(n_vocab);
   for (int32_t i = 0; i < n_vocab; ++i) z[i] = {y[i], i};
   // Stable: equal values keep ascending ids, as the device's radix sort does.

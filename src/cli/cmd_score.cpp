@@ -90,12 +90,8 @@ int cmd_score(int argc, char** argv) {
       // Row p predicts token p + 1: the output tokens are predicted by rows n_prompt-1 .. n-2.
       for (size_t p = n_prompt - 1; p + 1 < tokens.size(); ++p) {
         const float* row = fr->row(p);
-        const int32_t best = kernels::ref_argmax(row, fr->n_vocab);  // logits as softmax_logit takes them
-        const float max = kernels::softmax_logit(row[best]);
-        double z = 0;
-        for (int32_t v = 0; v < fr->n_vocab; ++v) z += std::exp(static_cast<double>(kernels::softmax_logit(row[v]) - max));
-        sum_logprob += kernels::softmax_logit(row[tokens[p + 1]]) - max - std::log(z);
-        agreed += best == tokens[p + 1];
+        sum_logprob -= kernels::ref_neg_log_prob(row, fr->n_vocab, tokens[p + 1]);
+        agreed += kernels::ref_argmax(row, fr->n_vocab) == tokens[p + 1];
         ++n_tokens;
       }
       ++n_requests;

@@ -98,10 +98,8 @@ void scaled_softmax(const float* z, int32_t n, double lse, float c, float* out) 
   int32_t i = 0;
 #if defined(__AVX2__) && defined(__FMA__)
   const __m256 vshift = _mm256_set1_ps(shift), vc = _mm256_set1_ps(c);
-  const __m256 vlow = _mm256_set1_ps(-INFINITY), vhigh = _mm256_set1_ps(FLT_MAX);
   for (; i + 8 <= n; i += 8) {
-    const __m256 zi = _mm256_min_ps(_mm256_max_ps(_mm256_loadu_ps(z + i), vlow), vhigh);  // softmax_logit
-    const __m256 e = kernels::exp_avx2(_mm256_sub_ps(zi, vshift));
+    const __m256 e = kernels::exp_avx2(_mm256_sub_ps(kernels::softmax_logits_avx2(_mm256_loadu_ps(z + i)), vshift));
     _mm256_storeu_ps(out + i, _mm256_mul_ps(vc, e));
   }
 #endif

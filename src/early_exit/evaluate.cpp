@@ -42,14 +42,6 @@ std::string rule_label(const ExitRule& r) {
   return s;
 }
 
-// -log softmax(row)[token], in double, the logits as kernels::softmax_logit takes them.
-double nll(const float* row, int32_t n_vocab, TokenId token) {
-  const float mx = kernels::softmax_logit(row[kernels::ref_argmax(row, n_vocab)]);
-  double sum = 0;
-  for (int32_t v = 0; v < n_vocab; ++v) sum += std::exp(static_cast<double>(kernels::softmax_logit(row[v])) - mx);
-  return std::log(sum) + mx - kernels::softmax_logit(row[token]);
-}
-
 struct Generations {
   std::vector<std::vector<TokenId>> tokens;  // per prompt
   double mean_exit_layer = 0;
@@ -99,7 +91,7 @@ StatusOr<PerplexityResult> teacher_forced_perplexity(Model& model, const ExitRul
     if (seq.size() < 2) continue;
     HELIOS_ASSIGN_OR_RETURN(ForwardResult fr, runner.run(seq, rule));
     for (size_t i = 0; i + 1 < seq.size(); ++i) {
-      sum_nll += nll(fr.row(i), fr.n_vocab, seq[i + 1]);
+      sum_nll += kernels::ref_neg_log_prob(fr.row(i), fr.n_vocab, seq[i + 1]);
       sum_exit += fr.row_exit_layer[i];
     }
     out.n_scored += static_cast<int64_t>(seq.size()) - 1;

@@ -105,9 +105,7 @@ TokenId Sampler::sample(float* logits, int32_t n_vocab, const std::vector<TokenI
   if (params_.temperature == 0.0f) return argmax(logits, n_vocab);
   // The row tempered, in place, as kernels::softmax_logit takes it: NaN is never drawn while a
   // number is left, and the order below stays a strict weak order.
-  for (int32_t i = 0; i < n_vocab; ++i) {
-    logits[i] = kernels::softmax_logit(kernels::softmax_logit(logits[i]) / params_.temperature);
-  }
+  for (int32_t i = 0; i < n_vocab; ++i) logits[i] = kernels::tempered_logit(logits[i], params_.temperature);
 
   // Candidates by logit, highest first (ties: the lower id), cut to top-k. Only as long a prefix
   // as top-k, top-p, min-p and the draw look at is put in order: with a vocabulary of 150k, a

@@ -188,8 +188,8 @@ TEST(SampleSortKeys, SortedKeysGiveEachRowTheTwinsOrder) {
     const auto r = static_cast<int32_t>(at / n_vocab);
     keys[at] = kernels::sample_sort_key(r, logits[at], temperatures[r]);
     ASSERT_EQ(keys[at] >> end_bit, 0u) << "a key holds bits the sort does not read";
-    const float logit = kernels::softmax_logit(logits[at]);
-    const float tempered = kernels::softmax_logit(temperatures[r] == 0.0f ? logit : logit / temperatures[r]);
+    const float tempered = temperatures[r] == 0.0f ? kernels::softmax_logit(logits[at])
+                                                   : kernels::tempered_logit(logits[at], temperatures[r]);
     const float back = kernels::sample_sort_key_logit(keys[at]);
     EXPECT_EQ(back, tempered) << "logit " << logits[at] << " at " << at;
     EXPECT_FALSE(std::signbit(back) && back == 0.0f) << "-0 sorts as +0";
@@ -201,7 +201,7 @@ TEST(SampleSortKeys, SortedKeysGiveEachRowTheTwinsOrder) {
     const float t = temperatures[r] == 0.0f ? 1.0f : temperatures[r];
     std::vector<std::pair<float, int32_t>> want(n_vocab);
     for (int32_t i = 0; i < n_vocab; ++i) {
-      want[i] = {kernels::softmax_logit(kernels::softmax_logit(logits[static_cast<size_t>(r) * n_vocab + i]) / t), i};
+      want[i] = {kernels::tempered_logit(logits[static_cast<size_t>(r) * n_vocab + i], t), i};
     }
     std::stable_sort(want.begin(), want.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     for (int32_t i = 0; i < n_vocab; ++i) {
