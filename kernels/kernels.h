@@ -204,7 +204,7 @@ inline float softmax_logit(float x) { return std::fmin(std::fmax(x, -INFINITY), 
 inline float tempered_logit(float x, float temperature) { return softmax_logit(softmax_logit(x) / temperature); }
 // The first index of the largest of n softmax_logit values (0 when n is 0).
 int32_t ref_argmax(const float* x, int32_t n);
-// −log softmax(row)[token] over n softmax_logit values, summed in double.
+// −log softmax(row)[token] over n softmax_logit values, summed in double (LogSoftmax's rule).
 double ref_neg_log_prob(const float* row, int32_t n, int32_t token);
 
 // Early-exit confidence over the vocabulary, per row of logits [n_rows, n_vocab]:
@@ -219,8 +219,18 @@ void uniform_stats(int32_t n_vocab, float& top1_prob, float& margin, float& entr
 // (within about 1e-6 relative of ref_exit_stats; top1 is the same).
 void cpu_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,
                     float* top1_prob, float* margin, float* entropy);
-// log Σ e^x over n logits (the softmax's normaliser), as cpu_exit_stats sums it.
-double cpu_log_sum_exp(const float* logits, int32_t n);
+// A row's log-softmax: at(x) = (x − max) − log Σ e^(x_i − max). Subtracting the max first keeps
+// the log term that max + log Σ rounds away next to FLT_MAX (two +inf logits: log ½ each, not 0).
+// A row with no number above −inf is uniform (log_sum = log n), as uniform_stats has it.
+struct LogSoftmax {
+  float max = -INFINITY;
+  double log_sum = 0;
+  double at(float logit) const {
+    return max == -INFINITY ? -log_sum : (static_cast<double>(softmax_logit(logit)) - max) - log_sum;
+  }
+};
+// A row of n softmax_logit values as cpu_exit_stats sums it (vectorised float exponentials in double).
+LogSoftmax cpu_log_softmax(const float* logits, int32_t n);
 
 // Sampling a token from a row of logits where the logits are (the host sampler's steps as data:
 // helios::Sampler::plan_draw). One adjustment per token the penalties touch, applied in the host
@@ -247,7 +257,7 @@ struct SampleRow {
 // double over those; top-p keeps the shortest prefix whose Σ p reaches top_p; min-p the prefix with
 // p ≥ min_p · p(0) (at least one); the token is the first whose running Σ p reaches
 // uniform · Σ_kept p (else the last kept). token[r]: the id; logprob[r]: its log-softmax over the
-// raw row (x[token] − log Σ e^x, as cpu_log_sum_exp). Sums over the whole vocabulary go by id,
+// raw row (cpu_log_softmax's at(x[token])). Sums over the whole vocabulary go by id,
 // over a cut prefix in order, as helios::Sampler sums them, so this twin takes the sampler's token
 // to the bit; the CUDA kernel sums in another order, so its draw differs where one lands within
 // rounding of a boundary between two tokens.
@@ -289,16 +299,17 @@ struct AttentionTiles {
 AttentionTiles attention_tiles(const AttentionPlan& plan, int32_t tile_tokens, std::vector<int32_t>* first);
 
 // Paged attention over every (token, head) of the plan (its arrays in device memory, and
-// tiles.first too): one block per (query tile, KV head, context split) serves the KV head's query
-// heads for the tile's tokens, masking each one's positions past its own. The split length comes
-// from the tiles' total context, so a few decoding tokens still fill the GPU, and each tile takes
-// as many splits as its own context needs (a long sequence beside short ones is not left to one
-// block); a second kernel merges the splits. attention_tile_tokens: the most tokens a tile may
-// hold for the shape. workspace: at least paged_attention_workspace_floats(..., tiles.span)
-// floats (none needed when that is 0).
+// tiles.first too): one block per (query tile, KV head or chunk of its heads, context split)
+// serves the KV head's query heads for the tile's tokens, masking each one's positions past its
+// own. The split length comes from the tiles' total context, so a few decoding tokens still fill
+// the GPU, and each tile takes as many splits as its own context needs (a long sequence beside
+// short ones is not left to one block); a second kernel merges the splits.
+// attention_tile_tokens: the most tokens a tile may hold for the shape. workspace: at least
+// paged_attention_workspace_floats(..., tiles.span) floats (none needed when that is 0).
 int32_t attention_tile_tokens(int32_t n_heads, int32_t n_kv_heads, int32_t head_dim);
-// Whether one block holds a KV head's query heads for one token: head_dim <= 256 and
-// (n_heads / n_kv_heads) × head_dim <= 2048 (multi-query models such as Falcon's do not fit).
+// Whether the kernel takes the shape: head_dim <= 256 and whole groups (n_heads a multiple of
+// n_kv_heads). A KV head's query heads share a block where one token's fit ((n_heads / n_kv_heads) ×
+// head_dim <= 2048); wider groups (multi-query: Falcon-7B's 71 heads over 1) go in equal chunks.
 bool paged_attention_supports(int32_t n_heads, int32_t n_kv_heads, int32_t head_dim);
 int64_t paged_attention_workspace_floats(int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads,
                                          int32_t head_dim, ContextSpan span);

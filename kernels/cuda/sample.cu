@@ -243,11 +243,14 @@ __global__ void __launch_bounds__(kThreads, 1) select_kernel(const float* logits
   for (int32_t i = threadIdx.x; i < n_vocab; i += kThreads) m = fmaxf(m, cuda::softmax_logit(x[i]));
   m = cuda::block_max(m, sh.maxes);
   double s = 0;
-  for (int32_t i = threadIdx.x; i < n_vocab; i += kThreads) s += static_cast<double>(expf(cuda::softmax_logit(x[i]) - m));
-  s = cuda::block_sum(s, sh.sums);
-  if (threadIdx.x == 0) {
+  if (m != -INFINITY) {  // the same m in every thread
+    for (int32_t i = threadIdx.x; i < n_vocab; i += kThreads) s += static_cast<double>(expf(cuda::softmax_logit(x[i]) - m));
+    s = cuda::block_sum(s, sh.sums);
+  }
+  if (threadIdx.x == 0) {  // kernels::LogSoftmax's rule: x − m first, then the log term; no number: uniform
     token[r] = chosen;
-    logprob[r] = static_cast<float>(cuda::softmax_logit(x[chosen]) - (static_cast<double>(m) + log(s)));
+    logprob[r] = m == -INFINITY ? static_cast<float>(-log(static_cast<double>(n_vocab)))
+                                : static_cast<float>((static_cast<double>(cuda::softmax_logit(x[chosen])) - m) - log(s));
   }
 }
 

@@ -26,10 +26,12 @@ int32_t ref_argmax(const float* x, int32_t n) {
 }
 
 double ref_neg_log_prob(const float* row, int32_t n, int32_t token) {
-  const float m = softmax_logit(row[ref_argmax(row, n)]);
-  double sum = 0;
-  for (int32_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(softmax_logit(row[i])) - m);
-  return std::log(sum) + m - softmax_logit(row[token]);
+  LogSoftmax ls;
+  ls.max = softmax_logit(row[ref_argmax(row, n)]);
+  double sum = ls.max == -INFINITY ? n : 0;
+  for (int32_t i = 0; i < n && ls.max != -INFINITY; ++i) sum += std::exp(static_cast<double>(softmax_logit(row[i])) - ls.max);
+  ls.log_sum = std::log(sum);
+  return -ls.at(row[token]);
 }
 
 void ref_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,

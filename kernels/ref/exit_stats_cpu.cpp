@@ -91,9 +91,11 @@ void cpu_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_
   }
 }
 
-double cpu_log_sum_exp(const float* logits, int32_t n) {
-  const float m = max_of(logits, 0, n);
-  return m + std::log(exp_sums<false>(logits, n, m).sum);
+LogSoftmax cpu_log_softmax(const float* logits, int32_t n) {
+  LogSoftmax ls;
+  ls.max = max_of(logits, 0, n);
+  ls.log_sum = std::log(ls.max == -INFINITY ? static_cast<double>(n) : exp_sums<false>(logits, n, ls.max).sum);
+  return ls;
 }
 
 }  // namespace helios::kernels

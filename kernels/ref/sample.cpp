@@ -83,7 +83,7 @@ void ref_sample_rows(const float* logits, int32_t n_vocab, const SampleRow* rows
   for (int32_t r = 0; r < n_rows; ++r) {
     const float* x = logits + static_cast<int64_t>(rows[r].logits_row) * n_vocab;
     token[r] = sample_row(x, n_vocab, rows[r], adjust, z);
-    logprob[r] = static_cast<float>(softmax_logit(x[token[r]]) - cpu_log_sum_exp(x, n_vocab));
+    logprob[r] = static_cast<float>(cpu_log_softmax(x, n_vocab).at(x[token[r]]));
   }
 }
 

@@ -91,10 +91,16 @@ struct HeadPass {
   }
 };
 
-// out[i] = c e^(z[i] - lse): the exit's softmax, scaled. With the normaliser, the vocabulary-wide
-// exponentials are most of a step's non-BLAS time, so they run 8 at a time.
-void scaled_softmax(const float* z, int32_t n, double lse, float c, float* out) {
-  const auto shift = static_cast<float>(lse);
+// out[i] = c softmax(z)[i] = c e^(−log_sum) e^(z[i] − max): the exit's softmax, scaled. With the
+// normaliser, the vocabulary-wide exponentials are most of a step's non-BLAS time, so they run 8 at
+// a time.
+void scaled_softmax(const float* z, int32_t n, const kernels::LogSoftmax& ls, float c, float* out) {
+  if (ls.max == -INFINITY) {  // no number: uniform
+    std::fill(out, out + n, c / static_cast<float>(n));
+    return;
+  }
+  const float shift = ls.max;
+  c *= static_cast<float>(std::exp(-ls.log_sum));
   int32_t i = 0;
 #if defined(__AVX2__) && defined(__FMA__)
   const __m256 vshift = _mm256_set1_ps(shift), vc = _mm256_set1_ps(c);
@@ -108,17 +114,17 @@ void scaled_softmax(const float* z, int32_t n, double lse, float c, float* out) 
 
 // Sparse KL of row r and, when `grad` is given, dL/dz written over the row (scaled by `scale`).
 double row_loss(const TeacherTargets& t, int64_t target_row, float* z, int32_t n_vocab, float* grad, float scale) {
-  const double lse = kernels::cpu_log_sum_exp(z, n_vocab);
+  const kernels::LogSoftmax ls = kernels::cpu_log_softmax(z, n_vocab);
   const int32_t* ids = t.ids.data() + target_row * t.k;
   const float* p = t.probs.data() + target_row * t.k;
   double loss = 0, mass = 0;
   for (int32_t k = 0; k < t.k; ++k) {
     if (p[k] <= 0) continue;
-    loss += p[k] * (std::log(static_cast<double>(p[k])) - z[ids[k]] + lse);
+    loss += p[k] * (std::log(static_cast<double>(p[k])) - ls.at(z[ids[k]]));
     mass += p[k];
   }
   if (grad) {
-    scaled_softmax(z, n_vocab, lse, static_cast<float>(mass) * scale, grad);
+    scaled_softmax(z, n_vocab, ls, static_cast<float>(mass) * scale, grad);
     for (int32_t k = 0; k < t.k; ++k) grad[ids[k]] -= p[k] * scale;
   }
   return loss;
@@ -207,7 +213,7 @@ TeacherTargets teacher_targets(const HostHead& head, const float* h_last, int64_
     pass.run(head, h_last + r0 * head.n_embd, rows, {}, {});
     for (int32_t r = 0; r < rows; ++r) {
       const float* z = pass.z.data() + static_cast<size_t>(r) * head.n_vocab;
-      const double lse = kernels::cpu_log_sum_exp(z, head.n_vocab);
+      const kernels::LogSoftmax ls = kernels::cpu_log_softmax(z, head.n_vocab);
       std::iota(order.begin(), order.end(), 0);
       auto logit = [&](int32_t i) { return kernels::softmax_logit(z[i]); };
       std::partial_sort(order.begin(), order.begin() + t.k, order.end(), [&](int32_t a, int32_t b) {
@@ -215,7 +221,7 @@ TeacherTargets teacher_targets(const HostHead& head, const float* h_last, int64_
       });
       for (int32_t j = 0; j < t.k; ++j) {
         t.ids[(r0 + r) * t.k + j] = order[j];
-        t.probs[(r0 + r) * t.k + j] = static_cast<float>(std::exp(logit(order[j]) - lse));
+        t.probs[(r0 + r) * t.k + j] = static_cast<float>(std::exp(ls.at(z[order[j]])));
       }
     }
   }

@@ -56,8 +56,8 @@ TokenEvent RequestOutput::take(const float* raw, int32_t n_vocab, const std::vec
   ev.id = token;
   ev.exit_layer = exit_layer;
   ev.confidence = confidence;
-  const double lse = kernels::cpu_log_sum_exp(raw, n_vocab);  // the normaliser of the token distribution
-  ev.logprob = static_cast<float>(kernels::softmax_logit(raw[token]) - lse);
+  const kernels::LogSoftmax log_softmax = kernels::cpu_log_softmax(raw, n_vocab);
+  ev.logprob = static_cast<float>(log_softmax.at(raw[token]));
   if (options_.top_logprobs > 0) {
     // The sampler's order: highest first, ties to the lower id, NaN as −inf (softmax_logit).
     std::vector<std::pair<float, TokenId>> best;
@@ -67,7 +67,7 @@ TokenEvent RequestOutput::take(const float* raw, int32_t n_vocab, const std::vec
     std::partial_sort(best.begin(), best.begin() + k, best.end(), [](const auto& a, const auto& b) {
       return a.first > b.first || (a.first == b.first && a.second < b.second);
     });
-    for (int32_t i = 0; i < k; ++i) ev.top_logprobs.push_back({best[i].second, static_cast<float>(best[i].first - lse)});
+    for (int32_t i = 0; i < k; ++i) ev.top_logprobs.push_back({best[i].second, static_cast<float>(log_softmax.at(best[i].first))});
   }
   return emit(std::move(ev));
 }

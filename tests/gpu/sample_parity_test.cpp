@@ -149,18 +149,20 @@ TEST(GpuParity, SampleRowsPassOverNanAsTheTwinDoes) {
     for (int32_t row = 0; row + 1 < n_rows; ++row) {
       const float taken = logits[static_cast<size_t>(row) * n_vocab + want.token[row]];
       EXPECT_FALSE(std::isnan(taken)) << "row " << row;
-      if (row % 3 == 1) EXPECT_EQ(taken, INFINITY) << "row " << row << ": the +inf take the mass";
+      if (row % 3 == 1) {
+        EXPECT_EQ(taken, INFINITY) << "row " << row << ": the +inf take the mass";
+        EXPECT_FLOAT_EQ(want.logprob[row], std::log(0.5f)) << "row " << row << ": two +inf share it";
+      }
     }
     if (greedy) {
       EXPECT_EQ(want.token[n_rows - 1], 0) << "no number: the first id";
     }
+    EXPECT_FLOAT_EQ(want.logprob[n_rows - 1], -std::log(static_cast<float>(n_vocab))) << "no number: uniform";
     for (const bool all_greedy : greedy ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
       Drawn got = draw_on_the_device(logits, n_vocab, rows, all_greedy);
       ASSERT_EQ(got.token.size(), static_cast<size_t>(n_rows));
       EXPECT_EQ(got.token, want.token) << "greedy " << greedy << ", all_greedy " << all_greedy;
-      got.logprob.pop_back();  // the row with no number: NaN on both
-      EXPECT_TRUE(gpu_test::all_near(got.logprob, {want.logprob.begin(), want.logprob.end() - 1}, 0.0f, 1e-4f))
-          << "logprobs of the rows with numbers";
+      EXPECT_TRUE(gpu_test::all_near(got.logprob, want.logprob, 0.0f, 1e-4f)) << "logprobs";
     }
   }
 }
@@ -283,10 +285,10 @@ TEST(GpuParity, BackendSampleRowsTakeTheHostSamplersTokens) {
     for (int32_t i = 0; i < n_rows; ++i) {
       std::vector<float> row(logits.begin() + static_cast<size_t>(n_rows - 1 - i) * n_vocab,
                              logits.begin() + static_cast<size_t>(n_rows - i) * n_vocab);
-      const float lse = static_cast<float>(kernels::cpu_log_sum_exp(row.data(), n_vocab));
+      const kernels::LogSoftmax log_softmax = kernels::cpu_log_softmax(row.data(), n_vocab);
       const TokenId want = host[i].sample(row.data(), n_vocab, history[i]);
       ASSERT_EQ(got[i], want) << "row " << i << " step " << step;
-      EXPECT_NEAR(logprob[i], logits[static_cast<size_t>(n_rows - 1 - i) * n_vocab + want] - lse, 1e-4f);
+      EXPECT_NEAR(logprob[i], log_softmax.at(logits[static_cast<size_t>(n_rows - 1 - i) * n_vocab + want]), 1e-4f);
       host[i].accept(want);
       planned[i].accept(want);
       history[i].push_back(want);

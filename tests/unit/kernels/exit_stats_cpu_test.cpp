@@ -50,7 +50,8 @@ TEST(CpuExitStats, MatchTheDoubleReference) {
       for (int32_t i = 0; i < n_vocab; ++i) max = std::max(max, static_cast<double>(row[i]));
       for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(row[i]) - max);
       const double lse = max + std::log(sum);
-      EXPECT_NEAR(kernels::cpu_log_sum_exp(row, n_vocab), lse, 2e-6 * std::fabs(lse) + 1e-6);
+      const kernels::LogSoftmax ls = kernels::cpu_log_softmax(row, n_vocab);
+      EXPECT_NEAR(ls.max + ls.log_sum, lse, 2e-6 * std::fabs(lse) + 1e-6);
     }
   }
 }
@@ -95,6 +96,10 @@ TEST(CpuExitStats, NanCountsAsMinusInfinityAndInfinityAsTheLargestFloat) {
       EXPECT_EQ(want_top1, rows[k].second);
       EXPECT_EQ(ref_top1, rows[k].second);
       EXPECT_EQ(top1, rows[k].second);
+      // The log-softmax of the top-1 (LogSoftmax's rule), twice: vectorised and in the reference.
+      const kernels::LogSoftmax ls = kernels::cpu_log_softmax(x.data(), n);
+      const double top1_log_prob = ls.at(x[top1]);
+      EXPECT_NEAR(kernels::ref_neg_log_prob(x.data(), n, top1), -top1_log_prob, 1e-6);
       if (!(x[rows[k].second] > -inf)) {  // no number: no token preferred
         const float uniform[3] = {1.0f / n, 0.0f, static_cast<float>(std::log(static_cast<double>(n)))};
         for (int s = 0; s < 3; ++s) {
@@ -102,6 +107,8 @@ TEST(CpuExitStats, NanCountsAsMinusInfinityAndInfinityAsTheLargestFloat) {
           EXPECT_EQ(ref[s], uniform[s]) << "statistic " << s;
           EXPECT_EQ(cpu[s], uniform[s]) << "statistic " << s;
         }
+        EXPECT_EQ(top1_log_prob, -std::log(static_cast<double>(n)));
+        EXPECT_EQ(ls.at(x[n - 1]), top1_log_prob) << "every id alike";
         continue;
       }
       for (int s = 0; s < 3; ++s) {
@@ -113,8 +120,11 @@ TEST(CpuExitStats, NanCountsAsMinusInfinityAndInfinityAsTheLargestFloat) {
         EXPECT_FLOAT_EQ(ref[0], 0.5f);
         EXPECT_EQ(ref[1], 0.0f);
         EXPECT_NEAR(ref[2], std::log(2.0), 1e-6);
+        EXPECT_NEAR(top1_log_prob, std::log(0.5), 1e-7) << "max + log Σ would round the log term away";
       }
-      EXPECT_EQ(kernels::cpu_log_sum_exp(x.data(), n), kernels::cpu_log_sum_exp(masked.data(), n));
+      const kernels::LogSoftmax ls_masked = kernels::cpu_log_softmax(masked.data(), n);
+      EXPECT_EQ(ls.max, ls_masked.max);
+      EXPECT_EQ(ls.log_sum, ls_masked.log_sum);
     }
   }
 }
