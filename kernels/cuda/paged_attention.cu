@@ -1,8 +1,9 @@
 // Paged attention for any mix of prefill and decode tokens (the AttentionPlan), GQA-aware, with
-// queries in tiles and the context in splits. Block (query tile, kv_head, split) serves every
-// query head of that KV head for the tile's tokens (consecutive tokens of one sequence: a prefill
-// chunk's, or a decode's one), so each K/V row it reads is used by all of them: FlashAttention's
-// query tiling, with GQA's sharing on top. Within a split, positions go in tiles of kTile with an
+// queries in tiles and the context in splits. Block (query tile, kv_head × head chunk, split)
+// serves the query heads of that KV head for the tile's tokens (consecutive tokens of one
+// sequence: a prefill chunk's, or a decode's one), so each K/V row it reads is used by all of
+// them: FlashAttention's query tiling, with GQA's sharing on top. A group too wide for one block
+// (multi-query: Falcon-7B's 71 heads over 1) goes in equal chunks, each reading the K/V itself. Within a split, positions go in tiles of kTile with an
 // online softmax; each query row masks the positions past its own (causal). With more than one
 // split, each writes its unnormalised output and (max, sum) to the workspace and combine_kernel
 // merges them (flash-decoding). The split length is one for the launch, from the tiles' total
@@ -38,10 +39,10 @@ struct Split {
 
 // About kTargetBlocks blocks of real work over the tiles' total context, at least kMinSplitLen
 // positions each, and at most kMaxTokenSplits (token, split) pairs: the split length is the same
-// for every tile, the number of splits each one's.
-Split plan_splits(int32_t n_tokens, int32_t n_kv_heads, ContextSpan span) {
+// for every tile, the number of splits each one's. head_blocks: blocks per tile and split.
+Split plan_splits(int32_t n_tokens, int32_t head_blocks, ContextSpan span) {
   const int64_t longest = std::max<int64_t>(span.longest, 1);
-  const int64_t per_block = (std::max<int64_t>(span.total, 1) * n_kv_heads + kTargetBlocks - 1) / kTargetBlocks;
+  const int64_t per_block = (std::max<int64_t>(span.total, 1) * head_blocks + kTargetBlocks - 1) / kTargetBlocks;
   const int64_t max_splits = std::max<int64_t>(1, kMaxTokenSplits / std::max(n_tokens, 1));
   const int64_t len = std::min(std::max({per_block, int64_t{kMinSplitLen}, (longest + max_splits - 1) / max_splits}),
                                longest);
@@ -60,6 +61,26 @@ size_t shared_bytes(int32_t rows, int32_t head_dim) {
          sizeof(int32_t) * (kTile + rows);
 }
 
+bool rows_fit(int32_t rows, int32_t head_dim) {
+  return rows * head_dim <= kThreads * kMaxItemsPerThread && shared_bytes(rows, head_dim) <= kMaxSharedBytes;
+}
+
+// A KV head's query heads as a block takes them: all of them where one token's fit, else the
+// fewest equal chunks that do (the last may be smaller).
+struct HeadChunks {
+  int32_t per_block = 1;
+  int32_t n = 1;
+};
+HeadChunks head_chunks(int32_t group, int32_t head_dim) {
+  if (rows_fit(group, head_dim)) return {group, 1};
+  int32_t fit = std::min(group, kThreads * kMaxItemsPerThread / std::max(head_dim, 1));
+  while (fit > 1 && !rows_fit(fit, head_dim)) --fit;
+  HeadChunks c;
+  c.n = (group + fit - 1) / fit;
+  c.per_block = (group + c.n - 1) / c.n;
+  return c;
+}
+
 template <typename T>  // the cache's element: float, __half or __nv_fp8_e4m3
 struct AttentionArgs {
   const float* q;           // [n_tokens, n_heads, head_dim]
@@ -74,6 +95,8 @@ struct AttentionArgs {
   int32_t n_heads;
   int32_t n_kv_heads;
   int32_t head_dim;
+  int32_t heads_per_block;  // of a KV head's group (HeadChunks)
+  int32_t head_chunks;
   float scale;
   int32_t split_len;
   int32_t n_splits;
@@ -82,15 +105,17 @@ struct AttentionArgs {
   float* part_ml;    // [n_tokens * n_heads, n_splits, 2]: running max, sum of exponentials
 };
 
-// Row r of a block: token tile_first + r / group, query head h0 + r % group.
+// Row r of a block: token tile_first + r / heads, query head h0 + r % heads.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs<T> a) {
-  const int32_t tile = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+  const int32_t tile = blockIdx.x, split = blockIdx.z;
+  const int32_t kvh = blockIdx.y / a.head_chunks, chunk = blockIdx.y % a.head_chunks;
   const int32_t t0 = a.tile_first ? a.tile_first[tile] : tile;
   const int32_t n_tok = a.tile_first ? a.tile_first[tile + 1] - t0 : 1;
   const int32_t hd = a.head_dim, group = a.n_heads / a.n_kv_heads;
-  const int32_t rows = n_tok * group, items = rows * hd;
-  const int32_t h0 = kvh * group;  // first query head of this KV head
+  const int32_t heads = min(a.heads_per_block, group - chunk * a.heads_per_block);
+  const int32_t rows = n_tok * heads, items = rows * hd;
+  const int32_t h0 = kvh * group + chunk * a.heads_per_block;  // the block's first query head
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, n_warps = blockDim.x / 32;
 
   extern __shared__ float smem[];
@@ -106,13 +131,13 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs<T> a)
 
   for (int32_t i = tid; i < items; i += blockDim.x) {
     const int32_t r = i / hd, d = i % hd;
-    const int32_t t = t0 + r / group, h = h0 + r % group;
+    const int32_t t = t0 + r / heads, h = h0 + r % heads;
     q_s[i] = a.q[(static_cast<int64_t>(t) * a.n_heads + h) * hd + d];
   }
   for (int32_t r = tid; r < rows; r += blockDim.x) {
     m_s[r] = -INFINITY;
     l_s[r] = 0.0f;
-    ctx_s[r] = a.positions[t0 + r / group] + 1;
+    ctx_s[r] = a.positions[t0 + r / heads] + 1;
   }
   int32_t tile_ctx = 0;  // the tile's longest context: its last token's, positions rising
   for (int32_t i = 0; i < n_tok; ++i) tile_ctx = max(tile_ctx, a.positions[t0 + i] + 1);
@@ -214,7 +239,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs<T> a)
     float o = 0.0f;
     for (int32_t s = 0; s < n_slices; ++s) o += red[s * items + item];
     const int32_t r = item / hd, d = item % hd;
-    const int64_t head_item = static_cast<int64_t>(t0 + r / group) * a.n_heads + h0 + r % group;
+    const int64_t head_item = static_cast<int64_t>(t0 + r / heads) * a.n_heads + h0 + r % heads;
     if (a.n_splits == 1) {
       a.out[head_item * hd + d] = l_s[r] > 0.0f ? o / l_s[r] : 0.0f;
     } else {
@@ -251,21 +276,19 @@ __global__ void combine_kernel(const float* part_out, const float* part_ml, int3
 }  // namespace
 
 bool paged_attention_supports(int32_t n_heads, int32_t n_kv_heads, int32_t head_dim) {
-  if (n_kv_heads <= 0 || head_dim <= 0 || n_heads % n_kv_heads != 0) return false;
-  const int32_t group = n_heads / n_kv_heads;  // the rows of a one-token tile
-  return head_dim <= kMaxHeadDim && group * head_dim <= kThreads * kMaxItemsPerThread &&
-         shared_bytes(group, head_dim) <= kMaxSharedBytes;
+  return n_kv_heads > 0 && n_heads > 0 && n_heads % n_kv_heads == 0 && head_dim > 0 && head_dim <= kMaxHeadDim;
 }
 
 int32_t attention_tile_tokens(int32_t n_heads, int32_t n_kv_heads, int32_t head_dim) {
-  if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0) return 1;
-  return std::max(1, max_rows(head_dim) / (n_heads / n_kv_heads));
+  if (!paged_attention_supports(n_heads, n_kv_heads, head_dim)) return 1;
+  return std::max(1, max_rows(head_dim) / head_chunks(n_heads / n_kv_heads, head_dim).per_block);
 }
+
 
 int64_t paged_attention_workspace_floats(int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads,
                                          int32_t head_dim, ContextSpan span) {
-  if (n_tokens <= 0 || n_kv_heads <= 0 || span.longest <= 0) return 0;
-  const Split s = plan_splits(n_tokens, n_kv_heads, span);
+  if (n_tokens <= 0 || span.longest <= 0 || !paged_attention_supports(n_heads, n_kv_heads, head_dim)) return 0;
+  const Split s = plan_splits(n_tokens, n_kv_heads * head_chunks(n_heads / n_kv_heads, head_dim).n, span);
   if (s.n == 1) return 0;
   return static_cast<int64_t>(n_tokens) * n_heads * s.n * (head_dim + 2);
 }
@@ -278,31 +301,29 @@ int launch_paged_attention(const float* q, const PagedKV& cache, const Attention
                            int32_t n_heads, float scale, const AttentionTiles& tiles, float* workspace,
                            float* out, void* stream) {
   if (plan.n_tokens <= 0) return 0;
-  if (cache.n_kv_heads <= 0 || n_heads % cache.n_kv_heads != 0 || tiles.span.longest <= 0 ||
+  if (cache.n_kv_heads <= 0 || n_heads <= 0 || n_heads % cache.n_kv_heads != 0 || tiles.span.longest <= 0 ||
       cache.head_dim <= 0 || (tiles.first != nullptr && tiles.tile_tokens <= 0) ||
       (cache.type != KvType::kF32 && cache.type != KvType::kF16 && cache.type != KvType::kFp8E4M3)) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  const int32_t group = n_heads / cache.n_kv_heads;
-  const int32_t rows = group * (tiles.first ? tiles.tile_tokens : 1);
+  if (cache.head_dim > kMaxHeadDim) return static_cast<int>(cudaErrorInvalidConfiguration);
+  const HeadChunks chunks = head_chunks(n_heads / cache.n_kv_heads, cache.head_dim);
+  const int32_t rows = chunks.per_block * (tiles.first ? tiles.tile_tokens : 1);
+  if (!rows_fit(rows, cache.head_dim)) return static_cast<int>(cudaErrorInvalidConfiguration);
   const size_t smem = shared_bytes(rows, cache.head_dim);
-  if (cache.head_dim > kMaxHeadDim || rows * cache.head_dim > kThreads * kMaxItemsPerThread ||
-      smem > kMaxSharedBytes) {
-    return static_cast<int>(cudaErrorInvalidConfiguration);
-  }
   const int32_t n_tiles = tiles.first ? tiles.n_tiles : plan.n_tokens;
-  const Split s = plan_splits(plan.n_tokens, cache.n_kv_heads, tiles.span);
+  const Split s = plan_splits(plan.n_tokens, cache.n_kv_heads * chunks.n, tiles.span);
   if (s.n > 1 && workspace == nullptr) return static_cast<int>(cudaErrorInvalidValue);
   const int64_t n_items = static_cast<int64_t>(plan.n_tokens) * n_heads;
   float* part_out = workspace;
   float* part_ml = workspace ? workspace + n_items * s.n * cache.head_dim : nullptr;
-  const dim3 grid(n_tiles, cache.n_kv_heads, s.n);
+  const dim3 grid(n_tiles, cache.n_kv_heads * chunks.n, s.n);
   const cudaStream_t st = cuda::as_stream(stream);
   auto launch = [&](auto* k_cache, auto* v_cache) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(k_cache)>>;
     AttentionArgs<T> a{q, k_cache, v_cache, plan.token_seq, plan.positions, plan.block_tables, tiles.first,
                        plan.max_blocks_per_seq, cache.block_size, n_heads, cache.n_kv_heads,
-                       cache.head_dim, scale, s.len, s.n, out, part_out, part_ml};
+                       cache.head_dim, chunks.per_block, chunks.n, scale, s.len, s.n, out, part_out, part_ml};
     attention_kernel<T><<<grid, kThreads, smem, st>>>(a);
   };
   if (cache.type == KvType::kF16) {

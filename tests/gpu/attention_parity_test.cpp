@@ -1,7 +1,7 @@
 // KV write and paged attention against their CPU twins, on plans that mix prefill chunks and
-// decodes, with ragged lengths, partial last blocks, scattered block ids, GQA ratios 1–8 and
-// contexts long enough for the split-context path. Cache slots no token writes hold NaN: reading
-// one would poison the output.
+// decodes, with ragged lengths, partial last blocks, scattered block ids, GQA ratios 1–8, wide
+// multi-query groups and contexts long enough for the split-context path. Cache slots no token
+// writes hold NaN: reading one would poison the output.
 // Tolerance: 2e-5 relative + 2e-6 absolute: softmax weights and sums in float, in another order.
 // f32, f16 and fp8 caches; query tiles of the kernel's size and of one token.
 #include <algorithm>
@@ -160,18 +160,33 @@ TEST(GpuParity, PagedAttentionWithAnF16CacheMatchesTheCpuTwin) {
   }
 }
 
+// Query heads per KV head × head_dim past one block (multi-query): the group in chunks, each
+// reading the K/V, with the same results. Falcon-7B's 71 over 1 (chunks of 24, 24, 23), StarCoder's
+// 48 over 1 (3 of 16), and head_dim 32 whose 64-head groups fit the row values but not shared
+// memory (2 of 32).
+TEST(GpuParity, PagedAttentionWithWideMultiQueryGroupsMatchesTheCpuTwin) {
+  HELIOS_REQUIRE_GPU();
+  for (const Shape& sh : {Shape{71, 1, 64}, Shape{48, 1, 128}, Shape{128, 2, 32}}) {
+    check_attention(sh, {{0, 1}}, 21);
+    check_attention(sh, {{16, 1}, {17, 1}, {300, 1}}, 22);
+    check_attention(sh, {{4100, 1}, {3, 1}}, 23);                   // the split path
+    check_attention(sh, {{48, 33}, {0, 5}, {700, 1}, {15, 1}}, 24);  // prefill chunks beside decodes
+    check_attention(sh, {{16, 1}, {300, 7}}, 25, kernels::KvType::kF16);
+  }
+}
+
 TEST(GpuParity, PagedAttentionRefusesAnUnsupportedShape) {
   HELIOS_REQUIRE_GPU();
-  // More query heads per KV head × head_dim than one block holds: an error, not a wrong answer.
-  kernels::PagedKV cache{nullptr, nullptr, 1, 16, 1, 256};
+  // head_dim past 256 (a lane holds at most 8 values of a K row): an error, not a wrong answer.
+  kernels::PagedKV cache{nullptr, nullptr, 1, 16, 1, 512};
   const kernels::AttentionPlan plan{1, nullptr, nullptr, nullptr, 1};
   kernels::AttentionTiles one_token;
   one_token.span = {1, 1};
-  EXPECT_NE(kernels::launch_paged_attention(nullptr, cache, plan, 64, 1.0f, one_token, nullptr, nullptr, nullptr), 0);
+  EXPECT_NE(kernels::launch_paged_attention(nullptr, cache, plan, 8, 1.0f, one_token, nullptr, nullptr, nullptr), 0);
 }
 
 // Which models the kernel serves, decided on the host (CudaBackend refuses the others at load).
-TEST(AttentionShapes, ServedModelsFitAndWideMultiQueryOnesDoNot) {
+TEST(AttentionShapes, ServedModelsAndWideMultiQueryOnesFit) {
   struct Case {
     const char* model;
     int32_t heads, kv_heads, head_dim;
@@ -180,18 +195,26 @@ TEST(AttentionShapes, ServedModelsFitAndWideMultiQueryOnesDoNot) {
   for (const Case& c : {Case{"stories260K", 8, 4, 8, true}, Case{"SmolLM2-135M", 9, 3, 64, true},
                         Case{"Qwen2.5-0.5B", 14, 2, 64, true}, Case{"Qwen2.5-1.5B", 12, 2, 128, true},
                         Case{"Qwen2.5-7B", 28, 4, 128, true}, Case{"Llama-2-7B", 32, 32, 128, true},
-                        Case{"Llama-3-70B", 64, 8, 128, true}, Case{"Falcon-7B (multi-query)", 71, 1, 64, false},
-                        Case{"StarCoder (multi-query)", 48, 1, 128, false}, Case{"head_dim 512", 8, 8, 512, false},
-                        Case{"heads not a multiple of KV heads", 9, 2, 64, false}}) {
+                        Case{"Llama-3-70B", 64, 8, 128, true}, Case{"Falcon-7B (multi-query)", 71, 1, 64, true},
+                        Case{"StarCoder (multi-query)", 48, 1, 128, true}, Case{"head_dim 512", 8, 8, 512, false},
+                        Case{"heads not a multiple of KV heads", 9, 2, 64, false}, Case{"no KV heads", 8, 0, 64, false}}) {
     EXPECT_EQ(kernels::paged_attention_supports(c.heads, c.kv_heads, c.head_dim), c.fits) << c.model;
+    if (c.fits) {
+      EXPECT_GE(kernels::attention_tile_tokens(c.heads, c.kv_heads, c.head_dim), 1) << c.model;
+    }
   }
+  // Tiles hold whole groups where they fit: Llama-2-7B 16 tokens, Qwen2.5-1.5B 2, a wide group one.
+  EXPECT_EQ(kernels::attention_tile_tokens(32, 32, 128), 16);
+  EXPECT_EQ(kernels::attention_tile_tokens(12, 2, 128), 2);
+  EXPECT_EQ(kernels::attention_tile_tokens(71, 1, 64), 1);
 }
 
 // The splits' workspace stays within the bound CudaBackend reserves before sizing the KV cache,
 // whatever the pass: a prefill chunk beside a long decode takes fewer, longer splits, while a
 // lone long decode still splits (host-side, no GPU needed).
 TEST(AttentionShapes, SplitWorkspaceStaysWithinItsBound) {
-  for (const Shape& sh : {Shape{9, 3, 64}, Shape{12, 2, 128}, Shape{32, 32, 128}, Shape{64, 8, 128}}) {
+  for (const Shape& sh : {Shape{9, 3, 64}, Shape{12, 2, 128}, Shape{32, 32, 128}, Shape{64, 8, 128}, Shape{71, 1, 64},
+                          Shape{128, 2, 32}}) {
     const int64_t bound = kernels::paged_attention_workspace_bound(sh.n_heads, sh.head_dim);
     for (const int32_t n_tokens : {1, 2, 7, 64, 300, 2048, 4096, 4097, 16384}) {
       for (const int32_t longest : {1, 255, 257, 4100, 32768, 131072}) {

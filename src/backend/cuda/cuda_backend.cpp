@@ -184,8 +184,8 @@ class CudaBackend final : public Backend {
   bool supports_kv_type(kernels::KvType) const override { return true; }  // f32, f16 and fp8 (E4M3)
   Status check_attention_shape(int32_t n_heads, int32_t n_kv_heads, int32_t head_dim) const override {
     if (kernels::paged_attention_supports(n_heads, n_kv_heads, head_dim)) return ok_status();
-    return invalid_argument("the CUDA backend's attention takes head_dim <= 256 and (query heads per KV head) x "
-                            "head_dim <= 2048; this model has " + std::to_string(n_heads) + " query heads over " +
+    return invalid_argument("the CUDA backend's attention takes head_dim <= 256 and query heads a multiple of the "
+                            "KV heads; this model has " + std::to_string(n_heads) + " query heads over " +
                             std::to_string(n_kv_heads) + " KV heads of " + std::to_string(head_dim) +
                             ": serve it on the CPU backend (engine.backend: cpu)");
   }
