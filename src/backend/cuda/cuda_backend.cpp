@@ -833,7 +833,10 @@ const uint8_t* CudaBackend::enqueue_sample(const float* logits, int32_t n_vocab,
   const size_t rows_bytes = sizeof(kernels::SampleRow) * n_rows, adjust_bytes = sizeof(kernels::LogitAdjust) * n_adjust;
   const SampleIoLayout layout = sample_io_layout(n_rows, n_adjust);
   const size_t adjust_at = layout.adjust_at, out_at = layout.out_at;
-  auto* io = static_cast<uint8_t*>(scratch(kScratchSampleIo, layout.total));
+  // Penalties bring a row a token or so more each step: past the reservation the buffer grows to
+  // the next power of two, so not every step frees and allocates (each cudaFree waits for the pass).
+  const size_t io_bytes = layout.total <= scratch_bytes_[kScratchSampleIo] ? layout.total : std::bit_ceil(layout.total);
+  auto* io = static_cast<uint8_t*>(scratch(kScratchSampleIo, io_bytes));
   const int32_t group = std::min(n_rows, kSampleGroup);
   const size_t ws_bytes = kernels::sample_rows_workspace_bytes(group, n_vocab);
   void* ws = scratch(kScratchSample, ws_bytes);
