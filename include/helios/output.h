@@ -27,6 +27,10 @@ struct OutputOptions {
   // Structured output: each token is drawn among those that keep the text valid JSON of this
   // grammar, and the generation ends (kStop) when the top-level value closes. null = free text.
   std::shared_ptr<const JsonGrammar> json_grammar;
+  // The start of that value already written into the prompt (a reply prefix, such as a forced
+  // tool call's `{"name": "`): the grammar holds the generated text as its continuation. A prefix
+  // the grammar refuses leaves the text free (callers check theirs: JsonMatcher::advance).
+  std::string json_prefix;
 };
 
 struct TokenEvent {

@@ -291,6 +291,58 @@ Err read_messages(const Json& body, v1::GenerateRequest* out) {
   return std::nullopt;
 }
 
+// A tool's parameters as a call takes them: an object schema that lists properties and says
+// nothing of others takes only those (a function's arguments are its parameters; JSON schema's
+// default would let a model write keys no function reads, and small ones do, at length).
+void close_declared_objects(Json& schema) {
+  if (!schema.is_object()) return;
+  if (schema.contains("properties") && schema["properties"].is_object()) {
+    if (!schema.contains("additionalProperties")) schema["additionalProperties"] = false;
+    for (auto& [name, sub] : schema["properties"].items()) close_declared_objects(sub);
+  }
+  for (const char* key : {"items", "additionalProperties"}) {
+    if (schema.contains(key)) close_declared_objects(schema[key]);
+  }
+  for (const char* key : {"anyOf", "oneOf", "allOf"}) {
+    if (schema.contains(key) && schema[key].is_array()) {
+      for (Json& sub : schema[key]) close_declared_objects(sub);
+    }
+  }
+  for (const char* key : {"$defs", "definitions"}) {
+    if (schema.contains(key) && schema[key].is_object()) {
+      for (auto& [name, sub] : schema[key].items()) close_declared_objects(sub);
+    }
+  }
+}
+
+// The grammar of a call of the tools (OpenAI's list) that may be called: `named`, or any of them
+// when empty. Their `$defs` go to the top, where the parameters' "#/$defs/..." references look.
+std::shared_ptr<const JsonGrammar> call_grammar(const Json& tools, const std::string& named) {
+  Json names = Json::array(), arguments = {{"type", "object"}};
+  std::vector<const Json*> parameters;
+  for (const Json& t : tools) {
+    const Json& fn = t["function"];
+    const std::string name = fn["name"].get<std::string>();
+    if ((!named.empty() && name != named) || std::find(names.begin(), names.end(), Json(name)) != names.end()) continue;
+    names.push_back(name);
+    const Json* p = field(fn, "parameters");
+    parameters.push_back(p && p->is_object() ? p : nullptr);
+  }
+  Json schema = {{"type", "object"}, {"required", {"name", "arguments"}}, {"additionalProperties", false}};
+  if (parameters.size() == 1 && parameters[0]) {
+    Json args = *parameters[0], top = schema;
+    close_declared_objects(args);
+    for (const char* defs : {"$defs", "definitions"}) {
+      if (args.contains(defs)) top[defs] = args[defs], args.erase(defs);
+    }
+    top["properties"] = {{"name", {{"enum", names}}}, {"arguments", args}};
+    if (auto g = JsonGrammar::from_schema(top.dump()); g.ok()) return *g;  // else: any object
+  }
+  schema["properties"] = {{"name", {{"enum", names}}}, {"arguments", arguments}};
+  auto g = JsonGrammar::from_schema(schema.dump());
+  return g.ok() ? *g : nullptr;
+}
+
 Err read_tools(const Json& body, Request* r) {
   const Json* tools = field(body, "tools");
   std::string choice = "auto", named;
@@ -337,6 +389,12 @@ Err read_tools(const Json& body, Request* r) {
   }
   r->tool_required = forced;
   r->forced_tool = named;
+  if (forced) {
+    r->forced_call_grammar = call_grammar(*tools, named);
+    if (r->forced_call_grammar && !JsonMatcher(r->forced_call_grammar).advance(forced_call_start(*r))) {
+      r->forced_call_grammar = nullptr;  // cannot happen for names JSON encodes; the call is then the model's
+    }
+  }
   return std::nullopt;
 }
 
@@ -600,6 +658,10 @@ std::variant<Request, ApiError> parse_request(const Json& body, Endpoint endpoin
   } else {
     if (field(body, "prompt")) return invalid_request("prompt", "prompt is for /v1/completions; send messages");
     if (auto e = read_tools(body, &r)) return *e;
+    if (r.tool_required && shared.has_response_format()) {
+      return invalid_request("response_format", "response_format and a forced tool_choice both hold the reply to a "
+                                                "shape: send one (the call's arguments follow the tool's parameters)");
+    }
     if (auto e = read_messages(body, &shared)) return *e;
     r.prompts.push_back(std::move(shared));
   }
@@ -647,13 +709,16 @@ ApiError from_conversion_error(const Status& status, const Request& request) {
 
 // ---------------------------------------------------------------------------------------------
 
+std::string forced_call_start(const Request& request) {
+  if (!request.tool_required) return "";
+  return request.forced_tool.empty() ? "{\"name\": \""
+                                     : "{\"name\": " + Json(request.forced_tool).dump() + ", \"arguments\": ";
+}
+
 std::string forced_reply_prefix(const Request& request, const std::string& chat_template,
                                 const std::string& tool_call_open) {
-  if (!request.tool_required) return "";
-  const std::string call = request.forced_tool.empty()
-                               ? "{\"name\": \""
-                               : "{\"name\": " + Json(request.forced_tool).dump() + ", \"arguments\": ";
-  if (chat_template.find(tool_call_open) == std::string::npos) return call;
+  const std::string call = forced_call_start(request);
+  if (call.empty() || chat_template.find(tool_call_open) == std::string::npos) return call;
   return tool_call_open + "\n" + call;
 }
 

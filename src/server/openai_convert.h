@@ -18,6 +18,7 @@
 #include "helios/config.h"
 #include "helios/engine.h"
 #include "helios/intercept.h"
+#include "helios/json_grammar.h"
 #include "helios/tokenizer.h"
 #include "helios/v1/helios.pb.h"
 
@@ -63,6 +64,11 @@ struct Request {
   // a call (of forced_tool when named) — forced_reply_prefix writes that start into the prompt.
   bool tool_required = false;
   std::string forced_tool;
+  // With tool_required: the reply is held to a call (structured output, OutputOptions::json_grammar)
+  // from past forced_call_start: its name one of the tools' (forced_tool's when named) and, where
+  // only one tool can be called, its arguments of that tool's `parameters` schema (any object when
+  // JsonGrammar does not take the schema). null when nothing is forced.
+  std::shared_ptr<const JsonGrammar> forced_call_grammar;
   int32_t n = 1;                             // choices per prompt; choice j gets seed + j
   bool stream = false;
   bool include_usage = false;                // stream_options.include_usage
@@ -94,6 +100,8 @@ ApiError from_conversion_error(const Status& status, const Request& request);
 // and the generated text as one.
 std::string forced_reply_prefix(const Request& request, const std::string& chat_template,
                                 const std::string& tool_call_open = kToolCallOpen);
+// The JSON part of that prefix: `{"name": "`, or `{"name": "get_weather", "arguments": ` when named.
+std::string forced_call_start(const Request& request);
 
 // ---------------------------------------------------------------------------------------------
 // Tool calls in the output: Qwen2.5 / Hermes markup, <tool_call>{"name": ..., "arguments": ...}</tool_call>.

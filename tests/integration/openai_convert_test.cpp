@@ -572,6 +572,66 @@ TEST(OpenAiConvert, ForcedToolChoiceStartsTheReplyAsACall) {
   }
 }
 
+// The forced call goes on from the prefix held to the tools: a name of theirs, and where one tool
+// can be called, arguments of its parameters schema.
+TEST(OpenAiConvert, ForcedToolChoiceHoldsTheReplyToAValidCall) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
+  const std::string tools = R"("tools": [
+      {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+          "properties": {"city": {"type": "string"}, "unit": {"enum": ["C", "F"]}}, "required": ["city"]}}},
+      {"type": "function", "function": {"name": "time"}}])";
+  // Whether the reply `rest` may follow the request's prefix, and whether it closes the call there.
+  auto check = [](const Request& r, const std::string& rest) {
+    JsonMatcher m(r.forced_call_grammar);
+    EXPECT_TRUE(m.advance(forced_call_start(r)));
+    const bool taken = m.advance(rest);
+    return std::make_pair(taken, m.closed());
+  };
+  const Request required = parse_ok("{" + msgs + ", " + tools + R"(, "tool_choice": "required"})", Endpoint::kChat);
+  ASSERT_NE(required.forced_call_grammar, nullptr);
+  EXPECT_EQ(check(required, R"(time", "arguments": {"tz": "CET"}})"), std::make_pair(true, true));
+  EXPECT_EQ(check(required, R"(get_weather", "arguments": {}})"), std::make_pair(true, true));  // two tools: any object
+  EXPECT_FALSE(check(required, R"(chemo)").first) << "a name that is not a tool's";
+  EXPECT_FALSE(check(required, R"(time", "arguments": 5)").first) << "arguments are an object";
+  EXPECT_FALSE(check(required, R"(time", "arguments": {}, "x")").first) << "no other key";
+  EXPECT_FALSE(check(required, R"(time"})").first) << "the arguments are required";
+
+  const Request named = parse_ok(
+      "{" + msgs + ", " + tools + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})",
+      Endpoint::kChat);
+  ASSERT_NE(named.forced_call_grammar, nullptr);
+  EXPECT_EQ(check(named, R"({"city": "Paris", "unit": "C"}})"), std::make_pair(true, true));
+  EXPECT_FALSE(check(named, R"({"city": 5)").first) << "the parameter's type";
+  EXPECT_FALSE(check(named, R"({"unit": "K")").first) << "the parameter's enum";
+  EXPECT_FALSE(check(named, R"({"unit": "C"})").first) << "city is required";
+  EXPECT_FALSE(check(named, R"({"city": "Paris", "x")").first) << "the declared parameters only";
+  // One tool and tool_choice required: its parameters too.
+  const Request only = parse_ok("{" + msgs + R"(, "tools": [{"type": "function", "function": {"name": "f",
+      "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
+      "additionalProperties": false}}}], "tool_choice": "required"})", Endpoint::kChat);
+  EXPECT_EQ(check(only, R"(f", "arguments": {"n": 3}})"), std::make_pair(true, true));
+  EXPECT_FALSE(check(only, R"(f", "arguments": {"n": 3.5)").first);
+  // References into $defs resolve from the call's top, where their $defs go.
+  const Request refs = parse_ok("{" + msgs + R"(, "tools": [{"type": "function", "function": {"name": "f",
+      "parameters": {"$defs": {"pt": {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]}},
+                     "type": "object", "properties": {"at": {"$ref": "#/$defs/pt"}}, "required": ["at"]}}}],
+      "tool_choice": {"type": "function", "function": {"name": "f"}}})", Endpoint::kChat);
+  EXPECT_EQ(check(refs, R"({"at": {"x": 1.5}}})"), std::make_pair(true, true));
+  EXPECT_FALSE(check(refs, R"({"at": {"x": 1.5, "y")").first) << "closed through the reference too";
+  EXPECT_FALSE(check(refs, R"({"at": {"x": "one")").first) << "x is a number, by the reference";
+  // A parameters schema JsonGrammar does not take (pattern): the arguments are any object.
+  const Request loose = parse_ok("{" + msgs + R"(, "tools": [{"type": "function", "function": {"name": "f",
+      "parameters": {"type": "object", "properties": {"id": {"type": "string", "pattern": "^[a-z]+$"}}}}}],
+      "tool_choice": "required"})", Endpoint::kChat);
+  EXPECT_EQ(check(loose, R"(f", "arguments": {"id": 7}})"), std::make_pair(true, true));
+  EXPECT_FALSE(check(loose, R"(f", "arguments": [)").first);
+  // Nothing forced: no grammar. Both a forced call and a response_format: one too many.
+  EXPECT_EQ(parse_ok("{" + msgs + ", " + tools + "}", Endpoint::kChat).forced_call_grammar, nullptr);
+  EXPECT_EQ(parse_error("{" + msgs + ", " + tools + R"(, "tool_choice": "required",
+                        "response_format": {"type": "json_object"}})", Endpoint::kChat).param,
+            "response_format");
+}
+
 TEST(OpenAiConvert, RandomIds) {
   const std::string a = random_id("chatcmpl-"), b = random_id("chatcmpl-");
   EXPECT_EQ(a.size(), 9u + 24u);

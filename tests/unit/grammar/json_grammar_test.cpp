@@ -230,16 +230,20 @@ TEST(JsonGrammar, RequestOutputHoldsRandomLogitsToTheSchema) {
   const int32_t n_vocab = (*tok)->n_vocab();
   std::mt19937 rng(3);
   std::normal_distribution<float> noise(0.0f, 3.0f);
-  for (int run = 0; run < 6; ++run) {
+  for (int run = 0; run < 8; ++run) {
+    // Runs 6 and 7 start past a prefix already written (OutputOptions::json_prefix): the text is
+    // its continuation.
+    const std::string prefix = run < 6 ? "" : run == 6 ? R"({"b": )" : R"({"c": [true], "a": ")";
     OutputOptions opt;
     opt.max_tokens = 400;
     opt.json_grammar = g;
+    opt.json_prefix = prefix;
     opt.sampling.temperature = run % 3 == 0 ? 0.0f : 1.0f;
     opt.sampling.top_p = run % 2 == 0 ? 1.0f : 0.9f;
     opt.sampling.seed = run;
     RequestOutput out(**tok, opt);
     std::vector<TokenId> history = {1};
-    std::string text;
+    std::string text = prefix;
     std::vector<float> logits(n_vocab);
     while (out.finish() == FinishReason::kNone) {
       for (float& l : logits) l = noise(rng);
@@ -257,6 +261,15 @@ TEST(JsonGrammar, RequestOutputHoldsRandomLogitsToTheSchema) {
     EXPECT_TRUE(j["c"].is_array() && j["c"].size() <= 3) << text;
     for (const Json& x : j["c"]) EXPECT_TRUE(x.is_boolean()) << text;
   }
+  // A prefix the grammar refuses leaves the text free rather than stuck.
+  OutputOptions opt;
+  opt.json_grammar = g;
+  opt.json_prefix = "[";
+  opt.max_tokens = 3;
+  RequestOutput out(**tok, opt);
+  std::vector<float> logits(n_vocab, 0.0f);
+  logits[(*tok)->eos()] = 50;
+  EXPECT_EQ(out.take(logits.data(), n_vocab, {1}, 0, 0).id, (*tok)->eos());
 }
 
 }  // namespace
