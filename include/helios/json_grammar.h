@@ -92,4 +92,20 @@ class JsonMatcher {
   mutable std::vector<Frame> scratch_;  // accepts() walks a copy
 };
 
+// Text held to any of several grammars (a union no first character tells apart, such as the calls
+// of several tools, each an object): one matcher per grammar; bytes go to those that take them and
+// the others drop out.
+class JsonChoice {
+ public:
+  explicit JsonChoice(const std::vector<std::shared_ptr<const JsonGrammar>>& grammars);
+
+  bool advance(std::string_view bytes);  // false (nothing changed) when no grammar takes them
+  bool accepts(std::string_view bytes) const;
+  bool complete() const;  // the text so far is a whole value of one of them
+  bool closed() const;    // nothing may follow in any of them
+
+ private:
+  std::vector<JsonMatcher> alive_;
+};
+
 }  // namespace helios

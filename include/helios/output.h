@@ -24,12 +24,13 @@ struct OutputOptions {
   std::vector<TokenId> stop_token_ids; // tokens that end the generation (included, with their text)
   bool ignore_eos = false;             // keep going past end-of-generation tokens
   int32_t top_logprobs = -1;           // -1: none; 0: the sampled token's logprob; k: and the top k
-  // Structured output: each token is drawn among those that keep the text valid JSON of this
-  // grammar, and the generation ends (kStop) when the top-level value closes. null = free text.
-  std::shared_ptr<const JsonGrammar> json_grammar;
+  // Structured output: each token is drawn among those that keep the text valid JSON of one of
+  // these grammars (JsonChoice: a response format's one, or a call of any of several tools), and
+  // the generation ends (kStop) when the top-level value closes. Empty = free text.
+  std::vector<std::shared_ptr<const JsonGrammar>> json_grammars;
   // The start of that value already written into the prompt (a reply prefix, such as a forced
-  // tool call's `{"name": "`): the grammar holds the generated text as its continuation. A prefix
-  // the grammar refuses leaves the text free (callers check theirs: JsonMatcher::advance).
+  // tool call's `{"name": "`): the grammars hold the generated text as its continuation. A prefix
+  // none of them takes leaves the text free (callers check theirs: JsonChoice::advance).
   std::string json_prefix;
 };
 
@@ -93,7 +94,7 @@ class RequestOutput {
   TokenEvent emit(TokenEvent ev);
 
   std::vector<float> scratch_;  // the sampler rewrites a copy of the logits
-  std::optional<JsonMatcher> json_;
+  std::optional<JsonChoice> json_;
   bool json_stuck_ = false;
   int32_t n_generated_ = 0;
   int32_t segment_start_ = 0;  // n_generated_ when the segment began

@@ -1,6 +1,7 @@
 // The byte walk of structured output. Each frame is one value being written; a value that ends
 // only when a byte cannot extend it (a number, a literal that is a prefix of another) hands that
 // byte on to the frame below.
+#include <algorithm>
 #include <utility>
 
 #include "helios/json_grammar.h"
@@ -416,6 +417,32 @@ bool JsonMatcher::complete() const {
   if (f.kind == Frame::kNumber) return number_can_end(f);
   if (f.kind == Frame::kLiteral) return literal_can_end(f, grammar_->nodes()[f.node]);
   return false;
+}
+
+JsonChoice::JsonChoice(const std::vector<std::shared_ptr<const JsonGrammar>>& grammars) {
+  for (const auto& g : grammars) alive_.emplace_back(g);
+}
+
+bool JsonChoice::accepts(std::string_view bytes) const {
+  return std::any_of(alive_.begin(), alive_.end(), [&](const JsonMatcher& m) { return m.accepts(bytes); });
+}
+
+bool JsonChoice::advance(std::string_view bytes) {
+  std::vector<JsonMatcher> taken;
+  for (JsonMatcher& m : alive_) {
+    if (m.advance(bytes)) taken.push_back(std::move(m));
+  }
+  if (taken.empty()) return false;  // advance() left each one as it was
+  alive_ = std::move(taken);
+  return true;
+}
+
+bool JsonChoice::complete() const {
+  return std::any_of(alive_.begin(), alive_.end(), [](const JsonMatcher& m) { return m.complete(); });
+}
+
+bool JsonChoice::closed() const {
+  return std::all_of(alive_.begin(), alive_.end(), [](const JsonMatcher& m) { return m.closed(); });
 }
 
 }  // namespace helios

@@ -11,8 +11,8 @@ namespace helios {
 RequestOutput::RequestOutput(const Tokenizer& tokenizer, OutputOptions options)
     : tokenizer_(tokenizer), options_(std::move(options)), sampler_(options_.sampling), decoder_(tokenizer),
       stops_(options_.stop) {
-  if (options_.json_grammar) {
-    json_.emplace(options_.json_grammar);
+  if (!options_.json_grammars.empty()) {
+    json_.emplace(options_.json_grammars);
     if (!json_->advance(options_.json_prefix)) json_.reset();
   }
 }

@@ -315,31 +315,26 @@ void close_declared_objects(Json& schema) {
   }
 }
 
-// The grammar of a call of the tools (OpenAI's list) that may be called: `named`, or any of them
-// when empty. Their `$defs` go to the top, where the parameters' "#/$defs/..." references look.
-std::shared_ptr<const JsonGrammar> call_grammar(const Json& tools, const std::string& named) {
-  Json names = Json::array(), arguments = {{"type", "object"}};
-  std::vector<const Json*> parameters;
-  for (const Json& t : tools) {
-    const Json& fn = t["function"];
-    const std::string name = fn["name"].get<std::string>();
-    if ((!named.empty() && name != named) || std::find(names.begin(), names.end(), Json(name)) != names.end()) continue;
-    names.push_back(name);
-    const Json* p = field(fn, "parameters");
-    parameters.push_back(p && p->is_object() ? p : nullptr);
-  }
+// The grammar of a call of one tool (an entry of OpenAI's list): `{"name": <its name>,
+// "arguments": <its parameters>}`. Its parameters' `$defs` go to the top, where their
+// "#/$defs/..." references look; parameters JsonGrammar does not take leave any object.
+std::shared_ptr<const JsonGrammar> call_grammar(const Json& tool) {
+  const Json& fn = tool["function"];
+  const Json* parameters = field(fn, "parameters");
   Json schema = {{"type", "object"}, {"required", {"name", "arguments"}}, {"additionalProperties", false}};
-  if (parameters.size() == 1 && parameters[0]) {
-    Json args = *parameters[0], top = schema;
-    close_declared_objects(args);
+  auto with_arguments = [&](Json top, Json arguments) {
     for (const char* defs : {"$defs", "definitions"}) {
-      if (args.contains(defs)) top[defs] = args[defs], args.erase(defs);
+      if (arguments.contains(defs)) top[defs] = arguments[defs], arguments.erase(defs);
     }
-    top["properties"] = {{"name", {{"enum", names}}}, {"arguments", args}};
-    if (auto g = JsonGrammar::from_schema(top.dump()); g.ok()) return *g;  // else: any object
+    top["properties"] = {{"name", {{"const", fn["name"]}}}, {"arguments", std::move(arguments)}};
+    return JsonGrammar::from_schema(top.dump());
+  };
+  if (parameters && parameters->is_object()) {
+    Json arguments = *parameters;
+    close_declared_objects(arguments);
+    if (auto g = with_arguments(schema, std::move(arguments)); g.ok()) return *g;
   }
-  schema["properties"] = {{"name", {{"enum", names}}}, {"arguments", arguments}};
-  auto g = JsonGrammar::from_schema(schema.dump());
+  auto g = with_arguments(schema, {{"type", "object"}});
   return g.ok() ? *g : nullptr;
 }
 
@@ -390,9 +385,14 @@ Err read_tools(const Json& body, Request* r) {
   r->tool_required = forced;
   r->forced_tool = named;
   if (forced) {
-    r->forced_call_grammar = call_grammar(*tools, named);
-    if (r->forced_call_grammar && !JsonMatcher(r->forced_call_grammar).advance(forced_call_start(*r))) {
-      r->forced_call_grammar = nullptr;  // cannot happen for names JSON encodes; the call is then the model's
+    std::set<std::string> seen;
+    for (const Json& t : *tools) {
+      const std::string name = t["function"]["name"].get<std::string>();
+      if ((!named.empty() && name != named) || !seen.insert(name).second) continue;  // the first of a name
+      if (auto g = call_grammar(t)) r->forced_call_grammars.push_back(std::move(g));
+    }
+    if (!r->forced_call_grammars.empty() && !JsonChoice(r->forced_call_grammars).advance(forced_call_start(*r))) {
+      r->forced_call_grammars.clear();  // cannot happen for names JSON encodes; the call is then the model's
     }
   }
   return std::nullopt;

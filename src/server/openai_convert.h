@@ -64,11 +64,11 @@ struct Request {
   // a call (of forced_tool when named) — forced_reply_prefix writes that start into the prompt.
   bool tool_required = false;
   std::string forced_tool;
-  // With tool_required: the reply is held to a call (structured output, OutputOptions::json_grammar)
-  // from past forced_call_start: its name one of the tools' (forced_tool's when named) and, where
-  // only one tool can be called, its arguments of that tool's `parameters` schema (any object when
-  // JsonGrammar does not take the schema). null when nothing is forced.
-  std::shared_ptr<const JsonGrammar> forced_call_grammar;
+  // With tool_required: the reply is held to a call (structured output, OutputOptions::json_grammars)
+  // from past forced_call_start, one grammar per tool that may be called (forced_tool, or every
+  // one): its name, and arguments of its `parameters` schema (any object when JsonGrammar does not
+  // take the schema). Empty when nothing is forced.
+  std::vector<std::shared_ptr<const JsonGrammar>> forced_call_grammars;
   int32_t n = 1;                             // choices per prompt; choice j gets seed + j
   bool stream = false;
   bool include_usage = false;                // stream_options.include_usage

@@ -284,8 +284,8 @@ class HttpJob {
     const std::string prefix = openai::forced_reply_prefix(request_, m->model->tokenizer().spec().chat_template);
     auto gen = to_generation_request(g, *m->model, limits, request_.tools_json, prefix);
     if (!gen.ok()) return openai::from_conversion_error(gen.status(), request_);
-    if (request_.forced_call_grammar) {  // the call goes on from the prefix as a valid one
-      gen->json_grammar = request_.forced_call_grammar;
+    if (!request_.forced_call_grammars.empty()) {  // the call goes on from the prefix as a valid one
+      gen->json_grammars = request_.forced_call_grammars;
       gen->json_prefix = openai::forced_call_start(request_);
     }
     if (c.route) {

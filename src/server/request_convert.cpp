@@ -158,9 +158,9 @@ StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& req
     if (format.format_case() == v1::ResponseFormat::kJsonSchema) {
       auto grammar = JsonGrammar::from_schema(format.json_schema());
       if (!grammar.ok()) return field_error("response_format.json_schema:", grammar.status().message());
-      out.json_grammar = std::move(grammar).value();
+      out.json_grammars = {std::move(grammar).value()};
     } else if (format.json_object()) {
-      out.json_grammar = JsonGrammar::any_object();
+      out.json_grammars = {JsonGrammar::any_object()};
     }
   }
 

@@ -572,8 +572,8 @@ TEST(OpenAiConvert, ForcedToolChoiceStartsTheReplyAsACall) {
   }
 }
 
-// The forced call goes on from the prefix held to the tools: a name of theirs, and where one tool
-// can be called, arguments of its parameters schema.
+// The forced call goes on from the prefix held to the tools: a name of theirs, and arguments of
+// that tool's parameters schema.
 TEST(OpenAiConvert, ForcedToolChoiceHoldsTheReplyToAValidCall) {
   const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
   const std::string tools = R"("tools": [
@@ -582,15 +582,17 @@ TEST(OpenAiConvert, ForcedToolChoiceHoldsTheReplyToAValidCall) {
       {"type": "function", "function": {"name": "time"}}])";
   // Whether the reply `rest` may follow the request's prefix, and whether it closes the call there.
   auto check = [](const Request& r, const std::string& rest) {
-    JsonMatcher m(r.forced_call_grammar);
+    JsonChoice m(r.forced_call_grammars);
     EXPECT_TRUE(m.advance(forced_call_start(r)));
     const bool taken = m.advance(rest);
     return std::make_pair(taken, m.closed());
   };
   const Request required = parse_ok("{" + msgs + ", " + tools + R"(, "tool_choice": "required"})", Endpoint::kChat);
-  ASSERT_NE(required.forced_call_grammar, nullptr);
-  EXPECT_EQ(check(required, R"(time", "arguments": {"tz": "CET"}})"), std::make_pair(true, true));
-  EXPECT_EQ(check(required, R"(get_weather", "arguments": {}})"), std::make_pair(true, true));  // two tools: any object
+  ASSERT_EQ(required.forced_call_grammars.size(), 2u);
+  EXPECT_EQ(check(required, R"(time", "arguments": {"tz": "CET"}})"), std::make_pair(true, true));  // no parameters
+  EXPECT_EQ(check(required, R"(get_weather", "arguments": {"city": "Rome"}})"), std::make_pair(true, true));
+  EXPECT_FALSE(check(required, R"(get_weather", "arguments": {}})").first) << "the named tool's parameters";
+  EXPECT_FALSE(check(required, R"(get_weather", "arguments": {"tz")").first) << "not the other tool's";
   EXPECT_FALSE(check(required, R"(chemo)").first) << "a name that is not a tool's";
   EXPECT_FALSE(check(required, R"(time", "arguments": 5)").first) << "arguments are an object";
   EXPECT_FALSE(check(required, R"(time", "arguments": {}, "x")").first) << "no other key";
@@ -599,7 +601,7 @@ TEST(OpenAiConvert, ForcedToolChoiceHoldsTheReplyToAValidCall) {
   const Request named = parse_ok(
       "{" + msgs + ", " + tools + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})",
       Endpoint::kChat);
-  ASSERT_NE(named.forced_call_grammar, nullptr);
+  ASSERT_EQ(named.forced_call_grammars.size(), 1u);
   EXPECT_EQ(check(named, R"({"city": "Paris", "unit": "C"}})"), std::make_pair(true, true));
   EXPECT_FALSE(check(named, R"({"city": 5)").first) << "the parameter's type";
   EXPECT_FALSE(check(named, R"({"unit": "K")").first) << "the parameter's enum";
@@ -626,7 +628,7 @@ TEST(OpenAiConvert, ForcedToolChoiceHoldsTheReplyToAValidCall) {
   EXPECT_EQ(check(loose, R"(f", "arguments": {"id": 7}})"), std::make_pair(true, true));
   EXPECT_FALSE(check(loose, R"(f", "arguments": [)").first);
   // Nothing forced: no grammar. Both a forced call and a response_format: one too many.
-  EXPECT_EQ(parse_ok("{" + msgs + ", " + tools + "}", Endpoint::kChat).forced_call_grammar, nullptr);
+  EXPECT_TRUE(parse_ok("{" + msgs + ", " + tools + "}", Endpoint::kChat).forced_call_grammars.empty());
   EXPECT_EQ(parse_error("{" + msgs + ", " + tools + R"(, "tool_choice": "required",
                         "response_format": {"type": "json_object"}})", Endpoint::kChat).param,
             "response_format");

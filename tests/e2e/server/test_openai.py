@@ -455,30 +455,38 @@ class OpenAiApiTest(unittest.TestCase):
     def test_forced_tool_calls_are_valid_calls(self):
         # SmolLM2 has no tool-call markup and, left alone, writes a broken call (a name that is no
         # tool's, an unclosed string). Forced, the reply is held to a call of the tools: one of their
-        # names, and the parameters of the one tool that may be called (named, or the only one).
+        # names, and the arguments that tool's parameters.
         tools = [{"type": "function", "function": {
                      "name": "get_weather", "description": "The weather in a city",
                      "parameters": {"type": "object", "required": ["city", "unit"], "properties": {
                          "city": {"type": "string", "maxLength": 40}, "unit": {"enum": ["celsius", "fahrenheit"]}}}}},
                  {"type": "function", "function": {"name": "get_time", "description": "The time in a time zone",
                                                    "parameters": {"type": "object", "properties": {
-                                                       "zone": {"type": "string"}}}}}]
+                                                       "zone": {"type": "string", "maxLength": 40}}}}}]
         messages = [{"role": "user", "content": "What's the weather in Paris?"}]
         named = {"type": "function", "function": {"name": "get_weather"}}
-        for choice, listed, kw in (("required", tools[:1], dict(temperature=0)),
-                                   ("required", tools[:1], dict(temperature=1, seed=4)),
+        for choice, listed, kw in (("required", tools, dict(temperature=0)),
+                                   ("required", tools, dict(temperature=1, seed=4)),
+                                   ("required", tools[:1], dict(temperature=0)),
                                    (named, tools, dict(temperature=0)), (named, tools, dict(temperature=0.9, seed=11))):
             with self.subTest(choice=choice, tools=len(listed), **kw):
                 r = self.client.chat.completions.create(model="smollm2", messages=messages, tools=listed,
                                                         tool_choice=choice, max_tokens=120, **kw)
                 c = r.choices[0]
                 self.assertEqual(c.finish_reason, "tool_calls", c.message)
-                self.assertEqual([t.function.name for t in c.message.tool_calls], ["get_weather"], c.message)
-                arguments = json.loads(c.message.tool_calls[0].function.arguments)
-                self.assertEqual(set(arguments), {"city", "unit"}, arguments)  # required, and no others
-                self.assertIsInstance(arguments["city"], str)
-                self.assertLessEqual(len(arguments["city"]), 40)
-                self.assertIn(arguments["unit"], ("celsius", "fahrenheit"))
+                self.assertEqual(len(c.message.tool_calls), 1, c.message)
+                call = c.message.tool_calls[0].function
+                arguments = json.loads(call.arguments)
+                if choice == named or len(listed) == 1:
+                    self.assertEqual(call.name, "get_weather")
+                if call.name == "get_weather":
+                    self.assertEqual(set(arguments), {"city", "unit"}, arguments)  # required, and no others
+                    self.assertIsInstance(arguments["city"], str)
+                    self.assertLessEqual(len(arguments["city"]), 40)
+                    self.assertIn(arguments["unit"], ("celsius", "fahrenheit"))
+                else:
+                    self.assertEqual(call.name, "get_time")
+                    self.assertLessEqual(set(arguments), {"zone"}, arguments)
         # Streamed: the same call, as one tool_calls delta.
         whole = self.client.chat.completions.create(model="smollm2", messages=messages, tools=tools,
                                                     tool_choice=named, max_tokens=120, temperature=0)

@@ -183,6 +183,31 @@ TEST(JsonGrammar, UnionsRefsAndRecursion) {
 
 // Found by fuzz_json_grammar: a schema holding a number past a double's range made the parser
 // throw out of from_schema.
+// A union no first character tells apart (two objects) is a JsonChoice: each alternative walks
+// the text and drops out when it cannot take it; the text is whole when one of them is.
+TEST(JsonGrammar, AChoiceFollowsWhicheverGrammarsStillMatch) {
+  const auto a = schema(R"({"type": "object", "properties": {"k": {"const": "a"}, "n": {"type": "integer"}},
+                           "required": ["k", "n"], "additionalProperties": false})");
+  const auto b = schema(R"({"type": "object", "properties": {"k": {"const": "b"}, "s": {"type": "string"}},
+                           "required": ["k"], "additionalProperties": false})");
+  auto whole = [&](const std::string& text) {
+    JsonChoice c({a, b});
+    return c.advance(text) && c.complete();
+  };
+  EXPECT_TRUE(whole(R"({"k": "a", "n": 3})"));
+  EXPECT_TRUE(whole(R"({"k": "b", "s": "x"})"));
+  EXPECT_TRUE(whole(R"({"s": "x", "k": "b"})"));   // b's keys first: only b is left
+  EXPECT_FALSE(whole(R"({"k": "a", "s": "x"})"));  // a's key, b's property
+  EXPECT_FALSE(whole(R"({"k": "a"})"));            // a needs n
+  JsonChoice c({a, b});
+  EXPECT_TRUE(c.advance(R"({"k": ")"));
+  EXPECT_TRUE(c.accepts("a") && c.accepts("b"));
+  EXPECT_FALSE(c.advance("c"));                    // neither: nothing changes
+  EXPECT_TRUE(c.advance(R"(b"})"));
+  EXPECT_TRUE(c.closed());
+  EXPECT_TRUE(c.complete());
+}
+
 TEST(JsonGrammar, ASchemaWithANumberPastADoubleIsRefused) {
   auto g = JsonGrammar::from_schema(R"({"type": "array", "maxItems": 44444444400E72258667541})");
   ASSERT_FALSE(g.ok());
@@ -236,7 +261,7 @@ TEST(JsonGrammar, RequestOutputHoldsRandomLogitsToTheSchema) {
     const std::string prefix = run < 6 ? "" : run == 6 ? R"({"b": )" : R"({"c": [true], "a": ")";
     OutputOptions opt;
     opt.max_tokens = 400;
-    opt.json_grammar = g;
+    opt.json_grammars = {g};
     opt.json_prefix = prefix;
     opt.sampling.temperature = run % 3 == 0 ? 0.0f : 1.0f;
     opt.sampling.top_p = run % 2 == 0 ? 1.0f : 0.9f;
@@ -263,7 +288,7 @@ TEST(JsonGrammar, RequestOutputHoldsRandomLogitsToTheSchema) {
   }
   // A prefix the grammar refuses leaves the text free rather than stuck.
   OutputOptions opt;
-  opt.json_grammar = g;
+  opt.json_grammars = {g};
   opt.json_prefix = "[";
   opt.max_tokens = 3;
   RequestOutput out(**tok, opt);

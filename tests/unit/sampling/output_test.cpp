@@ -47,7 +47,7 @@ TEST(RequestOutput, OnlyPlainGreedyReadsTheTop1Alone) {
   EXPECT_FALSE(with([](OutputOptions& o) { o.sampling.repetition_penalty = 1.1f; }));
   EXPECT_FALSE(with([](OutputOptions& o) { o.sampling.presence_penalty = 0.5f; }));
   EXPECT_FALSE(with([](OutputOptions& o) { o.sampling.frequency_penalty = 0.5f; }));
-  EXPECT_FALSE(with([](OutputOptions& o) { o.json_grammar = JsonGrammar::any_object(); }));
+  EXPECT_FALSE(with([](OutputOptions& o) { o.json_grammars = {JsonGrammar::any_object()}; }));
 }
 
 // Random rows, some with ties for the top: the same tokens, text, stops and finish either way,
