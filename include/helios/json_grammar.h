@@ -22,7 +22,8 @@ class JsonGrammar {
   // Any JSON object: the OpenAI API's response_format {"type": "json_object"}.
   static std::shared_ptr<const JsonGrammar> any_object();
   // A JSON schema (its JSON text). Supported: type (one or a list), properties, required,
-  // additionalProperties (false, true or a schema), items, minItems, maxItems, minLength,
+  // additionalProperties (false, true or a schema; unsaid, false where properties are listed,
+  // as llama.cpp's grammars have it), items, minItems, maxItems, minLength,
   // maxLength, enum, const, anyOf/oneOf (alternatives a first character tells apart), $ref into
   // $defs/definitions (recursion included); annotations (title, description, default, examples,
   // format, ...) are ignored. Anything else is INVALID_ARGUMENT naming the keyword and where it is.

@@ -211,12 +211,18 @@ class JsonSchemaCompiler {
         names[encoded] = name;
       }
     }
-    if (auto it = s.find("additionalProperties"); it == s.end() || (it->is_boolean() && it->get<bool>())) {
+    // Unsaid, an object with `properties` takes only those (as llama.cpp's grammars and OpenAI's
+    // strict schemas have it: a model held to a schema should not invent keys; `"properties": {}`
+    // is the empty object); one without takes any.
+    const auto said = s.find("additionalProperties");
+    if (said == s.end()) {
+      n.additional = s.contains("properties") ? JsonGrammar::kNone : any();
+    } else if (said->is_boolean() && said->get<bool>()) {
       n.additional = any();
-    } else if (it->is_boolean()) {
+    } else if (said->is_boolean()) {
       n.additional = JsonGrammar::kNone;
     } else {
-      HELIOS_ASSIGN_OR_RETURN(n.additional, node_of(*it, path + "/additionalProperties"));
+      HELIOS_ASSIGN_OR_RETURN(n.additional, node_of(*said, path + "/additionalProperties"));
     }
     std::set<std::string> required;
     if (auto it = s.find("required"); it != s.end()) {
@@ -226,11 +232,11 @@ class JsonSchemaCompiler {
         const std::string q = quoted_json(name.get<std::string>());
         const std::string encoded = q.substr(1, q.size() - 2);
         if (!properties.count(encoded)) {
-          if (n.additional == JsonGrammar::kNone) {
+          if (said != s.end() && n.additional == JsonGrammar::kNone) {
             return error(path + "/required", "'" + name.get<std::string>() +
                                                  "' is required but not in properties, and no other property is allowed");
           }
-          properties[encoded] = nullptr;  // any value the other properties may have
+          properties[encoded] = nullptr;  // any value the other properties may have (any at all when closed by default)
           names[encoded] = name.get<std::string>();
         }
         required.insert(encoded);
@@ -238,7 +244,7 @@ class JsonSchemaCompiler {
     }
     if (properties.size() > 64) return error(path + "/properties", "at most 64 properties are supported");
     for (const auto& [encoded, schema] : properties) {
-      int32_t value = n.additional;
+      int32_t value = n.additional == JsonGrammar::kNone ? any() : n.additional;
       if (schema) {
         HELIOS_ASSIGN_OR_RETURN(value, node_of(*schema, path + "/properties/" + pointer_segment(names[encoded])));
       }

@@ -291,30 +291,6 @@ Err read_messages(const Json& body, v1::GenerateRequest* out) {
   return std::nullopt;
 }
 
-// A tool's parameters as a call takes them: an object schema that lists properties and says
-// nothing of others takes only those (a function's arguments are its parameters; JSON schema's
-// default would let a model write keys no function reads, and small ones do, at length).
-void close_declared_objects(Json& schema) {
-  if (!schema.is_object()) return;
-  if (schema.contains("properties") && schema["properties"].is_object()) {
-    if (!schema.contains("additionalProperties")) schema["additionalProperties"] = false;
-    for (auto& [name, sub] : schema["properties"].items()) close_declared_objects(sub);
-  }
-  for (const char* key : {"items", "additionalProperties"}) {
-    if (schema.contains(key)) close_declared_objects(schema[key]);
-  }
-  for (const char* key : {"anyOf", "oneOf", "allOf"}) {
-    if (schema.contains(key) && schema[key].is_array()) {
-      for (Json& sub : schema[key]) close_declared_objects(sub);
-    }
-  }
-  for (const char* key : {"$defs", "definitions"}) {
-    if (schema.contains(key) && schema[key].is_object()) {
-      for (auto& [name, sub] : schema[key].items()) close_declared_objects(sub);
-    }
-  }
-}
-
 // The grammar of a call of one tool (an entry of OpenAI's list): `{"name": <its name>,
 // "arguments": <its parameters>}`. Its parameters' `$defs` go to the top, where their
 // "#/$defs/..." references look; parameters JsonGrammar does not take leave any object.
@@ -330,9 +306,7 @@ std::shared_ptr<const JsonGrammar> call_grammar(const Json& tool) {
     return JsonGrammar::from_schema(top.dump());
   };
   if (parameters && parameters->is_object()) {
-    Json arguments = *parameters;
-    close_declared_objects(arguments);
-    if (auto g = with_arguments(schema, std::move(arguments)); g.ok()) return *g;
+    if (auto g = with_arguments(schema, *parameters); g.ok()) return *g;
   }
   auto g = with_arguments(schema, {{"type", "object"}});
   return g.ok() ? *g : nullptr;

@@ -137,6 +137,15 @@ TEST(JsonGrammar, SchemaObjectsNeedTheirPropertiesAndOnlyThose) {
   EXPECT_FALSE(m.accepts(", \"name\""));
   EXPECT_TRUE(m.accepts(", \"nick\""));
   EXPECT_FALSE(m.accepts(", \"other\""));
+  // Unsaid, listed properties are the only ones (as llama.cpp's grammars have it), even when a
+  // required name is not among them; without properties, any keys.
+  const auto closed = schema(R"({"properties": {"a": {"type": "integer"}}, "required": ["a", "b"]})");
+  EXPECT_TRUE(valid(closed, R"({"a": 1, "b": [true]})"));
+  EXPECT_FALSE(valid(closed, R"({"a": 1, "b": 2, "c": 3})"));
+  EXPECT_TRUE(valid(schema(R"({"properties": {}})"), "{}"));
+  EXPECT_FALSE(valid(schema(R"({"properties": {}})"), R"({"x": 1})"));
+  EXPECT_TRUE(valid(schema(R"({"type": "object"})"), R"({"x": {"y": [1]}})"));
+  EXPECT_TRUE(valid(schema(R"({"properties": {"a": {}}, "additionalProperties": true})"), R"({"a": 1, "x": 2})"));
   // Open objects take any other name too, with its schema.
   const auto open = schema(R"({"properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "string"}})");
   EXPECT_TRUE(valid(open, R"({"b": "x", "a": 1, "ab": "y"})"));
