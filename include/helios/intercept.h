@@ -91,14 +91,19 @@ class InterceptMatcher {
   std::string segment_;  // the text released since the segment began
 };
 
-// Parses a tool call's body: {"name": "...", "arguments": {...} or "<json string>"}. On success
-// name and compact JSON arguments; on failure *error says why.
+// Parses a tool call's body: {"name": "...", "arguments": {...} or "<json string>"} ("parameters"
+// for "arguments", as Llama 3's templates ask for). On success name and compact JSON arguments;
+// on failure *error says why.
 bool parse_tool_call(std::string_view body, std::string* name, std::string* arguments_json, std::string* error);
 
 // A text that is nothing but a tool call written without the markup: the bare {"name": ...,
 // "arguments": ...}, possibly in a ``` fence, as small models write one (Qwen2.5-Coder-0.5B). Its
 // name and compact JSON arguments; false for anything else.
 bool parse_bare_tool_call(std::string_view text, std::string* name, std::string* arguments_json);
+// A text that is nothing but bare calls: one, several one after another (white space or commas
+// between), or a JSON list of them, possibly in a ``` fence. Each (name, compact JSON arguments);
+// empty unless every part is a call.
+std::vector<std::pair<std::string, std::string>> parse_bare_tool_calls(std::string_view text);
 
 // Pause-length priors per augmentation kind, in seconds: INFERCEPT Table 1's means — math 9e-5,
 // qa 0.69, ve (virtual environment) 0.09, chatbot 28.6, image 20.03, tts 17.24.

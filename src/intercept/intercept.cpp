@@ -149,7 +149,8 @@ bool parse_tool_call(std::string_view body, std::string* name, std::string* argu
   // Kept on failures below too: the client can tell the model which call was malformed.
   *name = name_it->get<std::string>();
 
-  const auto args_it = call.find("arguments");
+  auto args_it = call.find("arguments");
+  if (args_it == call.end()) args_it = call.find("parameters");
   if (args_it == call.end() || args_it->is_null()) {
     *arguments_json = "{}";
     return true;
@@ -171,22 +172,81 @@ bool parse_tool_call(std::string_view body, std::string* name, std::string* argu
   return true;
 }
 
-bool parse_bare_tool_call(std::string_view text, std::string* name, std::string* arguments_json) {
-  const auto trim = [](std::string_view t) {
-    const size_t b = t.find_first_not_of(" \t\r\n"), e = t.find_last_not_of(" \t\r\n");
-    return b == std::string_view::npos ? std::string_view() : t.substr(b, e - b + 1);
-  };
-  std::string_view body = trim(text);
+namespace {
+
+std::string_view trim_space(std::string_view t) {
+  const size_t b = t.find_first_not_of(" \t\r\n"), e = t.find_last_not_of(" \t\r\n");
+  return b == std::string_view::npos ? std::string_view() : t.substr(b, e - b + 1);
+}
+
+// The text without white space around it and without a ``` fence (```json and the like) around that.
+std::string_view unfenced(std::string_view text) {
+  std::string_view body = trim_space(text);
   if (body.size() >= 6 && body.starts_with("```") && body.ends_with("```")) {
     const size_t nl = body.find('\n');
     body = body.substr(nl == std::string_view::npos ? 3 : nl + 1);
-    body = trim(body.substr(0, body.size() - 3));
+    body = trim_space(body.substr(0, body.size() - 3));
   }
-  if (body.empty() || body.front() != '{') return false;
-  const nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("arguments")) return false;  // a JSON answer is not a call
+  return body;
+}
+
+// A JSON object that is a call: a name and its arguments (or parameters); a JSON answer is not.
+bool call_object(const Json& j, std::string* name, std::string* arguments_json) {
+  if (!j.is_object() || !(j.contains("arguments") || j.contains("parameters"))) return false;
   std::string error;
-  return parse_tool_call(body, name, arguments_json, &error);
+  return parse_tool_call(j.dump(), name, arguments_json, &error);
+}
+
+}  // namespace
+
+bool parse_bare_tool_call(std::string_view text, std::string* name, std::string* arguments_json) {
+  const std::string_view body = unfenced(text);
+  if (body.empty() || body.front() != '{') return false;
+  return call_object(Json::parse(body, nullptr, /*allow_exceptions=*/false), name, arguments_json);
+}
+
+std::vector<std::pair<std::string, std::string>> parse_bare_tool_calls(std::string_view text) {
+  std::vector<std::pair<std::string, std::string>> calls;
+  auto take = [&](const Json& j) {
+    std::string name, arguments;
+    if (!call_object(j, &name, &arguments)) return false;
+    calls.emplace_back(std::move(name), std::move(arguments));
+    return true;
+  };
+  std::string_view body = unfenced(text);
+  if (body.starts_with('[')) {  // a list of calls
+    const Json list = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (!list.is_array() || list.empty()) return {};
+    for (const Json& j : list) {
+      if (!take(j)) return {};
+    }
+    return calls;
+  }
+  // Objects one after another: each ends where its braces balance (outside strings).
+  while (!body.empty()) {
+    if (body.front() != '{') return {};
+    size_t end = 0;
+    int depth = 0;
+    bool in_string = false, escaped = false;
+    for (size_t i = 0; i < body.size() && end == 0; ++i) {
+      const char c = body[i];
+      if (in_string) {
+        if (escaped) escaped = false;
+        else if (c == '\\') escaped = true;
+        else if (c == '"') in_string = false;
+      } else if (c == '"') {
+        in_string = true;
+      } else if (c == '{') {
+        ++depth;
+      } else if (c == '}' && --depth == 0) {
+        end = i + 1;
+      }
+    }
+    if (end == 0 || !take(Json::parse(body.substr(0, end), nullptr, /*allow_exceptions=*/false))) return {};
+    body = trim_space(body.substr(end));
+    if (body.starts_with(',')) body = trim_space(body.substr(1));
+  }
+  return calls;
 }
 
 std::map<std::string, double> default_pause_priors() {

@@ -710,14 +710,15 @@ void ToolCallParser::take_call(const std::string& body, std::string* content, bo
   }
 }
 
-bool ToolCallParser::take_bare_call(std::string text) {
-  ToolCall call;
-  if (!parse_bare_tool_call(text, &call.name, &call.arguments)) return false;
-  if (!tool_names_.empty() && std::find(tool_names_.begin(), tool_names_.end(), call.name) == tool_names_.end()) {
-    return false;
+bool ToolCallParser::take_bare_calls(const std::string& text) {
+  const auto calls = parse_bare_tool_calls(text);
+  if (calls.empty()) return false;
+  for (const auto& [name, arguments] : calls) {
+    if (!tool_names_.empty() && std::find(tool_names_.begin(), tool_names_.end(), name) == tool_names_.end()) {
+      return false;
+    }
   }
-  call.id = random_id("call_");
-  calls_.push_back(std::move(call));
+  for (const auto& [name, arguments] : calls) calls_.push_back({random_id("call_"), name, arguments});
   return true;
 }
 
@@ -728,8 +729,9 @@ std::string ToolCallParser::feed(std::string_view text) {
   const size_t first = pending_.find_first_not_of(" \t\r\n");
   if (first == std::string::npos) return "";  // only white space so far: undecided
   const std::string_view rest = std::string_view(pending_).substr(first);
-  if (rest.front() == '{' || (rest.size() >= 3 ? rest.substr(0, 3) == "```" : std::string_view("```").starts_with(rest))) {
-    if (rest.front() == '{' || rest.size() >= 3) start_ = Start::kBare;
+  const bool json = rest.front() == '{' || rest.front() == '[';  // a call, or a list of them
+  if (json || (rest.size() >= 3 ? rest.substr(0, 3) == "```" : std::string_view("```").starts_with(rest))) {
+    if (json || rest.size() >= 3) start_ = Start::kBare;
     return "";  // a bare call, perhaps: held to the end
   }
   start_ = Start::kText;
@@ -776,7 +778,7 @@ std::string ToolCallParser::finish() {
     std::string held;
     held.swap(pending_);
     start_ = Start::kText;
-    if (take_bare_call(held)) return "";
+    if (take_bare_calls(held)) return "";
     content = feed_markup(held);
   }
   if (inside_) {

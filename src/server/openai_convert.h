@@ -117,8 +117,10 @@ struct ToolCall {
 // closing tag, then parsed (parse_tool_call). A body that does not parse stays in the content,
 // markup and all, as does an unclosed call at the end whose body does not parse.
 // Small models (Qwen2.5-Coder-0.5B) often answer with the bare {"name": ..., "arguments": ...},
-// or that in a ```json fence, without the markup: a turn that starts so is held to its end and
-// is a call when it is nothing but one, naming one of `tool_names` (any name when empty).
+// or that in a ```json fence, without the markup, and Llama 3's templates ask for
+// {"name": ..., "parameters": ...}: a turn that starts with `{`, `[` or a fence is held to its end
+// and is calls when it is nothing but calls (parse_bare_tool_calls: one, several, or a list),
+// each naming one of `tool_names` (any name when empty).
 class ToolCallParser {
  public:
   explicit ToolCallParser(std::vector<std::string> tool_names = {}, std::string open = kToolCallOpen,
@@ -130,7 +132,7 @@ class ToolCallParser {
  private:
   std::string feed_markup(std::string_view text);
   void take_call(const std::string& body, std::string* content, bool closed);
-  bool take_bare_call(std::string text);
+  bool take_bare_calls(const std::string& text);
 
   std::vector<std::string> tool_names_;
   std::string open_, close_;

@@ -540,6 +540,40 @@ TEST(OpenAiConvert, BareToolCallsOfSmallModels) {
   }
   // Any name goes when the request's tools are not known.
   EXPECT_EQ(run("{\"name\": \"x\", \"arguments\": {}}", 3, {}).second.size(), 1u);
+  // Several calls: one after another, or a list; Llama 3's "parameters" for "arguments". All
+  // calls or none: a part that is not one leaves the whole turn content.
+  const std::vector<std::string> names = {"get_weather", "get_time"};
+  for (size_t step : {1u, 7u, 1000u}) {
+    for (const std::string text :
+         {std::string(R"({"name": "get_weather", "arguments": {"city": "Paris"}})") + "\n" +
+              R"({"name": "get_time", "arguments": {"zone": "CET"}})",
+          std::string(R"([{"name": "get_weather", "parameters": {"city": "Paris"}}, )") +
+              R"({"name": "get_time", "arguments": "{\"zone\": \"CET\"}"}])",
+          std::string("```json\n") + R"({"name": "get_weather", "parameters": {"city": "Paris"}},)" + "\n" +
+              R"({"name": "get_time", "parameters": {"zone": "CET"}})" + "\n```"}) {
+      auto [content, calls] = run(text, step, names);
+      EXPECT_EQ(content, "") << text;
+      ASSERT_EQ(calls.size(), 2u) << text;
+      EXPECT_EQ(calls[0].name, "get_weather");
+      EXPECT_EQ(Json::parse(calls[0].arguments), (Json{{"city", "Paris"}}));
+      EXPECT_EQ(calls[1].name, "get_time");
+      EXPECT_EQ(Json::parse(calls[1].arguments), (Json{{"zone", "CET"}}));
+      EXPECT_NE(calls[0].id, calls[1].id);
+    }
+    for (const std::string text : {R"({"name": "get_weather", "arguments": {}} {"a": 1})",
+                                   R"([{"name": "get_weather", "arguments": {}}, 3])", R"([])", R"([1, 2])",
+                                   R"({"name": "get_weather", "arguments": {}} {"name": "other", "arguments": {}})",
+                                   R"({"name": "get_weather", "arguments": {"s": "}{"}} {"name": "get_time")"}) {
+      auto [content, calls] = run(text, step, names);
+      EXPECT_EQ(content, text) << step;
+      EXPECT_TRUE(calls.empty()) << text;
+    }
+  }
+  // Braces inside strings do not end a call.
+  const auto braces = run(R"({"name": "get_time", "arguments": {"s": "}{\"}"}} {"name": "get_time", "arguments": {}})",
+                          5, names);
+  ASSERT_EQ(braces.second.size(), 2u) << braces.first;
+  EXPECT_EQ(Json::parse(braces.second[0].arguments), (Json{{"s", "}{\"}"}}));
 }
 
 TEST(OpenAiConvert, ForcedToolChoiceStartsTheReplyAsACall) {
