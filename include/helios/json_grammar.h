@@ -28,6 +28,11 @@ class JsonGrammar {
   // $defs/definitions (recursion included); annotations (title, description, default, examples,
   // format, ...) are ignored. Anything else is INVALID_ARGUMENT naming the keyword and where it is.
   static StatusOr<std::shared_ptr<const JsonGrammar>> from_schema(const std::string& schema_json);
+  // from_schema, or where the schema is a top-level anyOf/oneOf whose alternatives no first
+  // character tells apart (a union of object types, as pydantic writes Union[A, B]), one grammar
+  // per alternative (with the top's $defs) for a JsonChoice. An alternative that does not compile
+  // is the error.
+  static StatusOr<std::vector<std::shared_ptr<const JsonGrammar>>> from_schema_choice(const std::string& schema_json);
 
   enum class Kind : uint8_t { kObject, kArray, kString, kNumber, kInteger, kLiterals, kUnion };
   static constexpr int32_t kNone = -1;

@@ -387,14 +387,46 @@ std::shared_ptr<const JsonGrammar> JsonGrammar::any_object() {
   return grammar;
 }
 
-StatusOr<std::shared_ptr<const JsonGrammar>> JsonGrammar::from_schema(const std::string& schema_json) {
-  Json doc;
+namespace {
+
+StatusOr<Json> parse_schema(const std::string& schema_json) {
   try {
-    doc = Json::parse(schema_json);
+    return Json::parse(schema_json);
   } catch (const Json::exception& e) {  // parse_error, and out_of_range for a number past a double
     return invalid_argument(std::string("the schema is not JSON: ") + e.what());
   }
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<const JsonGrammar>> JsonGrammar::from_schema(const std::string& schema_json) {
+  HELIOS_ASSIGN_OR_RETURN(Json doc, parse_schema(schema_json));
   return JsonSchemaCompiler(doc).compile();
+}
+
+StatusOr<std::vector<std::shared_ptr<const JsonGrammar>>> JsonGrammar::from_schema_choice(
+    const std::string& schema_json) {
+  HELIOS_ASSIGN_OR_RETURN(Json doc, parse_schema(schema_json));
+  auto whole = JsonSchemaCompiler(doc).compile();
+  if (whole.ok()) return std::vector<std::shared_ptr<const JsonGrammar>>{*whole};
+  // A top-level union and nothing else that constrains (annotations and $defs aside).
+  const char* key = doc.is_object() && doc.contains("anyOf") ? "anyOf" : "oneOf";
+  if (!doc.is_object() || !doc.contains(key) || !doc[key].is_array() || doc[key].empty()) return whole.status();
+  for (const auto& [k, v] : doc.items()) {
+    if (k != key && k != "$defs" && k != "definitions" && !annotations().count(k)) return whole.status();
+  }
+  std::vector<std::shared_ptr<const JsonGrammar>> out;
+  for (size_t i = 0; i < doc[key].size(); ++i) {
+    Json alternative = doc[key][i];
+    if (!alternative.is_object()) return whole.status();
+    for (const char* defs : {"$defs", "definitions"}) {
+      if (doc.contains(defs) && !alternative.contains(defs)) alternative[defs] = doc[defs];
+    }
+    auto g = JsonSchemaCompiler(alternative).compile();
+    if (!g.ok()) return whole.status();  // the union's own error names where it fails
+    out.push_back(*g);
+  }
+  return out;
 }
 
 }  // namespace helios

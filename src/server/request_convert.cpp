@@ -156,9 +156,9 @@ StatusOr<GenerationRequest> to_generation_request(const v1::GenerateRequest& req
   if (request.has_response_format()) {
     const v1::ResponseFormat& format = request.response_format();
     if (format.format_case() == v1::ResponseFormat::kJsonSchema) {
-      auto grammar = JsonGrammar::from_schema(format.json_schema());
-      if (!grammar.ok()) return field_error("response_format.json_schema:", grammar.status().message());
-      out.json_grammars = {std::move(grammar).value()};
+      auto grammars = JsonGrammar::from_schema_choice(format.json_schema());
+      if (!grammars.ok()) return field_error("response_format.json_schema:", grammars.status().message());
+      out.json_grammars = std::move(grammars).value();
     } else if (format.json_object()) {
       out.json_grammars = {JsonGrammar::any_object()};
     }

@@ -503,14 +503,32 @@ class OpenAiApiTest(unittest.TestCase):
                                                 response_format={"type": "json_object"})
         self.assertEqual(cm.exception.param, "response_format")
 
+    def test_structured_output_top_level_union(self):
+        # pydantic's Union[Circle, Square]: two objects no first character tells apart, followed
+        # at once until the text shows which.
+        shape = {"anyOf": [{"$ref": "#/$defs/Circle"}, {"$ref": "#/$defs/Square"}], "$defs": {
+            "Circle": {"type": "object", "properties": {"radius": {"type": "number"}}, "required": ["radius"]},
+            "Square": {"type": "object", "properties": {"side": {"type": "integer"}}, "required": ["side"]}}}
+        fmt = {"type": "json_schema", "json_schema": {"name": "shape", "schema": shape}}
+        for kw in (dict(temperature=0), dict(temperature=1, seed=2)):
+            with self.subTest(**kw):
+                r = self.client.chat.completions.create(model="smollm2", max_tokens=60, response_format=fmt,
+                                                        messages=[{"role": "user", "content": "A circle, as JSON."}],
+                                                        **kw)
+                self.assertEqual(r.choices[0].finish_reason, "stop", r.choices[0].message.content)
+                value = json.loads(r.choices[0].message.content)
+                self.assertIn(set(value), ({"radius"}, {"side"}), value)
+                if "side" in value:
+                    self.assertIsInstance(value["side"], int)
+
     def test_structured_output_errors(self):
         cases = [
             ({"type": "xml"}, "response_format.type", "xml"),
             ({"type": "json_schema"}, "response_format.json_schema", "schema"),
             ({"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "string", "pattern": "a+"}}},
              "response_format.json_schema.schema", "pattern"),
-            ({"type": "json_schema", "json_schema": {"name": "s", "schema": {"anyOf": [{"type": "object"},
-                                                                                        {"type": "object"}]}}},
+            ({"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "object", "properties": {
+                "x": {"anyOf": [{"type": "object"}, {"type": "object"}]}}}}},
              "response_format.json_schema.schema", "first character"),
         ]
         for fmt, param, says in cases:

@@ -217,6 +217,36 @@ TEST(JsonGrammar, AChoiceFollowsWhicheverGrammarsStillMatch) {
   EXPECT_TRUE(c.complete());
 }
 
+// A top-level union of object types (pydantic's Union[A, B]) is a choice of one grammar each,
+// with the top's $defs; anything else no first character tells apart stays an error.
+TEST(JsonGrammar, ATopLevelUnionOfObjectsIsAChoice) {
+  const std::string union_schema = R"({"title": "Shape", "anyOf": [{"$ref": "#/$defs/Circle"}, {"$ref": "#/$defs/Square"}],
+      "$defs": {"Circle": {"type": "object", "properties": {"r": {"type": "number"}}, "required": ["r"]},
+                "Square": {"type": "object", "properties": {"side": {"type": "integer"}}, "required": ["side"]}}})";
+  EXPECT_FALSE(JsonGrammar::from_schema(union_schema).ok());
+  auto grammars = JsonGrammar::from_schema_choice(union_schema);
+  ASSERT_TRUE(grammars.ok()) << grammars.status().to_string();
+  ASSERT_EQ(grammars->size(), 2u);
+  auto whole = [&](const std::string& text) {
+    JsonChoice c(*grammars);
+    return c.advance(text) && c.complete();
+  };
+  EXPECT_TRUE(whole(R"({"r": 1.5})"));
+  EXPECT_TRUE(whole(R"({"side": 2})"));
+  EXPECT_FALSE(whole(R"({"r": 1, "side": 2})"));
+  EXPECT_FALSE(whole(R"({"side": 2.5})"));
+  // One that compiles whole is one grammar; a nested union, or a top-level one beside other
+  // constraints, is the error it was.
+  EXPECT_EQ(JsonGrammar::from_schema_choice(R"({"anyOf": [{"type": "string"}, {"type": "object"}]})")->size(), 1u);
+  for (const std::string bad : {R"({"type": "object", "properties": {"x": {"anyOf": [{"type": "object"}, {"type": "object"}]}}})",
+                                R"({"anyOf": [{"type": "object"}, {"type": "object"}], "minProperties": 1})",
+                                R"({"oneOf": [{"type": "object"}, {"type": "object", "properties": {"a": {"minimum": 1}}}]})"}) {
+    const auto g = JsonGrammar::from_schema_choice(bad);
+    ASSERT_FALSE(g.ok()) << bad;
+    EXPECT_EQ(g.status().message(), JsonGrammar::from_schema(bad).status().message()) << bad;
+  }
+}
+
 TEST(JsonGrammar, ASchemaWithANumberPastADoubleIsRefused) {
   auto g = JsonGrammar::from_schema(R"({"type": "array", "maxItems": 44444444400E72258667541})");
   ASSERT_FALSE(g.ok());
