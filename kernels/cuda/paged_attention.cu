@@ -3,12 +3,13 @@
 // serves the query heads of that KV head for the tile's tokens (consecutive tokens of one
 // sequence: a prefill chunk's, or a decode's one), so each K/V row it reads is used by all of
 // them: FlashAttention's query tiling, with GQA's sharing on top. A group too wide for one block
-// (multi-query: Falcon-7B's 71 heads over 1) goes in equal chunks, each reading the K/V itself. Within a split, positions go in tiles of kTile with an
-// online softmax; each query row masks the positions past its own (causal). With more than one
-// split, each writes its unnormalised output and (max, sum) to the workspace and combine_kernel
-// merges them (flash-decoding). The split length is one for the launch, from the tiles' total
-// context; each tile takes as many splits as its own context needs. The cache is f32, f16 or fp8
-// E4M3 (read directly, converted in registers).
+// (multi-query: Falcon-7B's 71 heads over 1) goes in equal chunks, each reading the K/V itself.
+// Within a split, positions go in tiles of kTile with an online softmax; each query row masks
+// the positions past its own (causal). With more than one split, each writes its unnormalised
+// output and (max, sum) to the workspace and combine_kernel merges them (flash-decoding). The
+// split length is one for the launch, from the tiles' total context; each tile takes as many
+// splits as its own context needs. The cache is f32, f16 or fp8 E4M3 (read directly, converted
+// in registers).
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -283,7 +284,6 @@ int32_t attention_tile_tokens(int32_t n_heads, int32_t n_kv_heads, int32_t head_
   if (!paged_attention_supports(n_heads, n_kv_heads, head_dim)) return 1;
   return std::max(1, max_rows(head_dim) / head_chunks(n_heads / n_kv_heads, head_dim).per_block);
 }
-
 
 int64_t paged_attention_workspace_floats(int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads,
                                          int32_t head_dim, ContextSpan span) {

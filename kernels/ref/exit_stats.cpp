@@ -28,8 +28,11 @@ int32_t ref_argmax(const float* x, int32_t n) {
 double ref_neg_log_prob(const float* row, int32_t n, int32_t token) {
   LogSoftmax ls;
   ls.max = softmax_logit(row[ref_argmax(row, n)]);
-  double sum = ls.max == -INFINITY ? n : 0;
-  for (int32_t i = 0; i < n && ls.max != -INFINITY; ++i) sum += std::exp(static_cast<double>(softmax_logit(row[i])) - ls.max);
+  double sum = n;  // no number above −inf: uniform
+  if (ls.max != -INFINITY) {
+    sum = 0;
+    for (int32_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(softmax_logit(row[i])) - ls.max);
+  }
   ls.log_sum = std::log(sum);
   return -ls.at(row[token]);
 }
