@@ -339,6 +339,22 @@ int launch_matmul_quant(uint32_t weight_type, const float* x, const void* w, int
 // into a word). For tests on machines without a GPU; cudaErrorInvalidValue for
 // a type launch_matmul_quant does not read.
 int decode_quant_unit(uint32_t weight_type, const void* row, int32_t unit, bool vector_loads, float* out);
+// The same product with the activations in 8 bits, as the CPU backend computes it: each row of x
+// quantized as ref_quantize_activations does for the weight type (Q8_0, Q8_1 or Q8_K: the same
+// integers and scales), then integer dot products per 32 values scaled by the blocks' scales. The
+// integer sums equal the CPU twin's (ref_matmul_quantized); only the order of the float sums
+// differs. `workspace` (16-byte aligned, matmul_quant_q8_workspace_bytes) holds the quantized rows
+// afterwards: n_rows·n_in signed bytes, then per row and 32-value unit a float pair (d, s): the
+// scale and d·Σq (Q8_0's s is 0; Q8_1's d and s are its halves' values).
+size_t matmul_quant_q8_workspace_bytes(int32_t n_rows, int32_t n_in);
+int launch_matmul_quant_q8(uint32_t weight_type, const float* x, const void* w, int32_t n_rows, int32_t n_in,
+                           int32_t n_out, float* y, void* workspace, size_t workspace_bytes, void* stream);
+// The device's code for the above, run on the host (for tests on machines without a GPU):
+// quantize_activations_q8 fills a workspace as the launch does; quant_unit_q8_share is unit
+// `unit` of a weight row against the 32 activation bytes xq with their (d, s).
+int quantize_activations_q8(uint32_t weight_type, const float* x, int32_t n_rows, int32_t n_in, void* workspace);
+int quant_unit_q8_share(uint32_t weight_type, const void* row, int32_t unit, bool vector_loads, const int8_t* xq,
+                        float d, float s, float* share);
 // out[n_rows, n_in] = the rows dequantized and rounded to f16 (for a cuBLAS product of many rows).
 int launch_dequantize_f16(uint32_t weight_type, const void* w, int32_t n_rows, int32_t n_in, uint16_t* out,
                           void* stream);

@@ -56,7 +56,9 @@ attention: launch_paged_attention on an f32 or f16 paged cache (blocks of 16, sh
   decoding tokens each at the given context; time per call from CUDA events over --iters calls;
   GB/s = (K + V bytes read + q + out) / time.
 gemv: y[B, OUT] = x[B, IN] · W[OUT, IN]ᵀ through launch_matmul_f16/_bf16/_quant, W of random bytes
-  in the type's layout (the kernels' speed does not depend on the values), for each type, OUTxIN
+  in the type's layout (the kernels' speed does not depend on the values); quantized types run
+  twice, against f32 activations (act f32) and rounding them to 8 bits in the call (act q8, the
+  backend's path: launch_matmul_quant_q8); for each type, OUTxIN
   shape (default: a Llama-2-7B layer's) and row count B; time per call from CUDA events over --iters
   calls after 3 warm-ups; GB/s = (weight bytes + x and y bytes) / time; roofline = GB/s / bandwidth.
   The weights of all shapes of a type are more than the L2 holds, and each call reads another
@@ -431,7 +433,9 @@ int cmd_attention(const Args& a, json& j) {
 
 int cmd_gemv(const Args& a, json& j) {
   using helios::TensorType;
-  std::printf("%-6s %12s %5s %10s %10s %9s\n", "type", "shape", "rows", "us/call", "GB/s", "roofline");
+  // Quantized weights run twice: against f32 activations (launch_matmul_quant) and against
+  // activations rounded to 8 bits in the same call (launch_matmul_quant_q8, the backend's path).
+  std::printf("%-6s %12s %5s %4s %10s %10s %9s\n", "type", "shape", "rows", "act", "us/call", "GB/s", "roofline");
   for (const std::string& name : a.types) {
     const auto type = helios::tensor_type_from_name(name);
     const bool f16 = type == TensorType::kF16, bf16 = type == TensorType::kBF16;
@@ -459,27 +463,37 @@ int cmd_gemv(const Args& a, json& j) {
       BENCH_CUDA(cudaMalloc(&x, static_cast<size_t>(max_rows) * n_in * 4));
       BENCH_CUDA(cudaMalloc(&y, static_cast<size_t>(max_rows) * n_out * 4));
       BENCH_CUDA(cudaMemset(x, 0, static_cast<size_t>(max_rows) * n_in * 4));
+      const size_t q8_bytes = helios::kernels::matmul_quant_q8_workspace_bytes(max_rows, n_in);
+      void* q8 = nullptr;
+      if (quant) BENCH_CUDA(cudaMalloc(&q8, q8_bytes));
       for (int rows : a.batch) {
-        int call_no = 0;
-        auto call = [&] {
-          const uint8_t* wc = w[call_no++ % copies];
-          const auto* w16 = reinterpret_cast<const uint16_t*>(wc);
-          const int e = f16    ? helios::kernels::launch_matmul_f16(x, w16, rows, n_in, n_out, y, nullptr)
-                        : bf16 ? helios::kernels::launch_matmul_bf16(x, w16, rows, n_in, n_out, y, nullptr)
-                               : helios::kernels::launch_matmul_quant(static_cast<uint32_t>(*type), x, wc, rows, n_in,
-                                                                      n_out, y, nullptr);
-          if (e != 0) die("gemv " + name + ": " + cudaGetErrorString(static_cast<cudaError_t>(e)));
-        };
-        const double us = us_per_call(a.iters, call);
-        const double bytes = static_cast<double>(w_bytes) + 4.0 * rows * (n_in + n_out);
-        const double gbs = bytes / (us * 1e-6) / 1e9;
-        const std::string shape = std::to_string(n_out) + "x" + std::to_string(n_in);
-        std::printf("%-6s %12s %5d %10.1f %10.1f %8.0f%%\n", name.c_str(), shape.c_str(), rows, us, gbs,
-                    100.0 * gbs / a.bandwidth_gbs);
-        j["runs"].push_back({{"type", name}, {"n_out", n_out}, {"n_in", n_in}, {"rows", rows}, {"us_per_call", us},
-                             {"bytes", bytes}, {"gb_s", gbs}, {"roofline_share", gbs / a.bandwidth_gbs}});
+        for (const bool act_q8 : quant ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+          int call_no = 0;
+          auto call = [&] {
+            const uint8_t* wc = w[call_no++ % copies];
+            const auto* w16 = reinterpret_cast<const uint16_t*>(wc);
+            const auto t = static_cast<uint32_t>(*type);
+            const int e =
+                f16      ? helios::kernels::launch_matmul_f16(x, w16, rows, n_in, n_out, y, nullptr)
+                : bf16   ? helios::kernels::launch_matmul_bf16(x, w16, rows, n_in, n_out, y, nullptr)
+                : act_q8 ? helios::kernels::launch_matmul_quant_q8(t, x, wc, rows, n_in, n_out, y, q8, q8_bytes, nullptr)
+                         : helios::kernels::launch_matmul_quant(t, x, wc, rows, n_in, n_out, y, nullptr);
+            if (e != 0) die("gemv " + name + ": " + cudaGetErrorString(static_cast<cudaError_t>(e)));
+          };
+          const double us = us_per_call(a.iters, call);
+          const double bytes = static_cast<double>(w_bytes) + 4.0 * rows * (n_in + n_out);
+          const double gbs = bytes / (us * 1e-6) / 1e9;
+          const std::string shape = std::to_string(n_out) + "x" + std::to_string(n_in);
+          const char* act = act_q8 ? "q8" : (f16 ? "f16" : bf16 ? "bf16" : "f32");
+          std::printf("%-6s %12s %5d %4s %10.1f %10.1f %8.0f%%\n", name.c_str(), shape.c_str(), rows, act, us, gbs,
+                      100.0 * gbs / a.bandwidth_gbs);
+          j["runs"].push_back({{"type", name}, {"n_out", n_out}, {"n_in", n_in}, {"rows", rows},
+                               {"activations", act}, {"us_per_call", us}, {"bytes", bytes}, {"gb_s", gbs},
+                               {"roofline_share", gbs / a.bandwidth_gbs}});
+        }
       }
       for (uint8_t* p : w) cudaFree(p);
+      cudaFree(q8);
       cudaFree(x);
       cudaFree(y);
     }

@@ -1,6 +1,8 @@
-// Quantized weights on the GPU: launch_matmul_quant (decode rows) and launch_dequantize_f16 (the
-// GEMM path's slices) against their CPU twin, the host's dequantize_row (then ref_matmul, f32),
-// for every type the CUDA backend keeps in its blocks, on random weights quantized by the host.
+// Quantized weights on the GPU: launch_matmul_quant (decode rows, f32 activations) and
+// launch_dequantize_f16 (the GEMM path's slices) against their CPU twin, the host's dequantize_row
+// (then ref_matmul, f32), and launch_matmul_quant_q8 (decode rows, 8-bit activations) against the
+// CPU backend's own product (ref_quantize_activations, ref_matmul_quantized), for every type the
+// CUDA backend keeps in its blocks, on random weights quantized by the host.
 // Tolerance for the product: 1e-5 · Σ|w·x| per output (the same dequantized values, float sums in
 // another order); the f16 dequantization is the host's values rounded to nearest even, to within
 // one unit in the last place of the half (d·q + m may be one fused multiply-add on one side and
@@ -16,6 +18,8 @@
 #include "gpu/gpu_test_util.h"
 #include "helios/tensor_type.h"
 #include "kernels/kernels.h"
+#include "kernels/ref/fp16.h"
+#include "kernels/ref/quant_blocks.h"
 
 namespace helios {
 namespace {
@@ -43,6 +47,34 @@ QuantWeights quantized(TensorType type, int32_t n_out, int32_t n_in, uint32_t se
   return q;
 }
 
+// Σ|w|·|x| per output: the scale of a product's rounding.
+std::vector<float> magnitude(const QuantWeights& w, const std::vector<float>& x, int32_t n_rows, int32_t n_in,
+                             int32_t n_out) {
+  std::vector<float> xa(x.size()), wa(w.values.size()), bound(static_cast<size_t>(n_rows) * n_out);
+  for (size_t i = 0; i < x.size(); ++i) xa[i] = std::fabs(x[i]);
+  for (size_t i = 0; i < wa.size(); ++i) wa[i] = std::fabs(w.values[i]);
+  kernels::ref_matmul(xa.data(), wa.data(), n_rows, n_in, n_out, bound.data());
+  return bound;
+}
+
+// The weights on the device twice: at the start of an allocation (16-byte aligned) and 2 bytes
+// into one (not), so a test runs every load path.
+class DeviceWeights {
+ public:
+  explicit DeviceWeights(const std::vector<uint8_t>& bytes) : aligned_(bytes), shifted_(two_bytes_before(bytes)) {}
+  const uint8_t* aligned() const { return aligned_.get(); }
+  const uint8_t* misaligned() const { return shifted_.get() + 2; }
+  static const char* name(bool aligned) { return aligned ? "aligned rows" : "rows 2 bytes off alignment"; }
+
+ private:
+  static std::vector<uint8_t> two_bytes_before(const std::vector<uint8_t>& bytes) {
+    std::vector<uint8_t> v(2, 0);
+    v.insert(v.end(), bytes.begin(), bytes.end());
+    return v;
+  }
+  DeviceArray<uint8_t> aligned_, shifted_;
+};
+
 TEST(GpuParity, MatmulQuantizedMatchesTheCpuTwin) {
   HELIOS_REQUIRE_GPU();
   struct Case { int32_t n_rows, n_in, n_out; };
@@ -55,21 +87,13 @@ TEST(GpuParity, MatmulQuantizedMatchesTheCpuTwin) {
                    std::to_string(c.n_in) + " n_out " + std::to_string(c.n_out));
       const QuantWeights w = quantized(type, c.n_out, c.n_in, c.n_in + c.n_out);
       const auto x = normal_floats(static_cast<size_t>(c.n_rows) * c.n_in, c.n_rows + 7);
-      std::vector<float> want(static_cast<size_t>(c.n_rows) * c.n_out), bound(want.size());
+      std::vector<float> want(static_cast<size_t>(c.n_rows) * c.n_out);
       kernels::ref_matmul(x.data(), w.values.data(), c.n_rows, c.n_in, c.n_out, want.data());
-      std::vector<float> xa(x.size()), wa(w.values.size());
-      for (size_t i = 0; i < x.size(); ++i) xa[i] = std::fabs(x[i]);
-      for (size_t i = 0; i < wa.size(); ++i) wa[i] = std::fabs(w.values[i]);
-      kernels::ref_matmul(xa.data(), wa.data(), c.n_rows, c.n_in, c.n_out, bound.data());
-
-      // The weights at the start of an allocation (16-byte aligned) and 2 bytes into one (not).
-      std::vector<uint8_t> shifted(2, 0);
-      shifted.insert(shifted.end(), w.bytes.begin(), w.bytes.end());
-      DeviceArray<uint8_t> d_w(w.bytes), d_w_shifted(shifted);
-      const uint8_t* aligned = d_w.get();
-      const uint8_t* misaligned = d_w_shifted.get() + 2;
-      for (const uint8_t* weights : {aligned, misaligned}) {
-        SCOPED_TRACE(weights == aligned ? "aligned rows" : "rows 2 bytes off alignment");
+      const auto bound = magnitude(w, x, c.n_rows, c.n_in, c.n_out);
+      const DeviceWeights d_w(w.bytes);
+      for (const bool aligned : {true, false}) {
+        SCOPED_TRACE(DeviceWeights::name(aligned));
+        const uint8_t* weights = aligned ? d_w.aligned() : d_w.misaligned();
         DeviceArray<float> d_x(x), d_y(want.size());
         ASSERT_EQ(kernels::launch_matmul_quant(static_cast<uint32_t>(type), d_x.get(), weights, c.n_rows, c.n_in,
                                                c.n_out, d_y.get(), nullptr),
@@ -142,6 +166,182 @@ TEST(GpuParity, DequantizeToF16IsTheHostsValuesRounded) {
           << "element " << i << ": " << got[i] << " vs " << want[i];
     }
   }
+}
+
+// --- 8-bit activations.
+
+// The (d, s) pairs after the bytes of a quantize_activations_q8 workspace.
+struct Q8Host {
+  std::vector<int8_t> q;
+  std::vector<float> d, s;
+};
+Q8Host q8_from_workspace(const std::vector<uint8_t>& ws, int32_t n_rows, int32_t n_in) {
+  const size_t n = static_cast<size_t>(n_rows) * n_in, units = n / 32;
+  Q8Host h{std::vector<int8_t>(n), std::vector<float>(units), std::vector<float>(units)};
+  std::memcpy(h.q.data(), ws.data(), n);
+  for (size_t u = 0; u < units; ++u) {
+    std::memcpy(&h.d[u], ws.data() + n + 8 * u, 4);
+    std::memcpy(&h.s[u], ws.data() + n + 8 * u + 4, 4);
+  }
+  return h;
+}
+Q8Host quantize_q8_on_host(TensorType type, const std::vector<float>& x, int32_t n_rows, int32_t n_in) {
+  std::vector<uint8_t> ws(kernels::matmul_quant_q8_workspace_bytes(n_rows, n_in));
+  EXPECT_EQ(kernels::quantize_activations_q8(static_cast<uint32_t>(type), x.data(), n_rows, n_in, ws.data()), 0);
+  return q8_from_workspace(ws, n_rows, n_in);
+}
+
+// Activation rows with the cases the rounding must take as the CPU does: random values, a block
+// of zeros, a largest magnitude held by both signs (Q8_K keeps the first), values whose scale is
+// below a half's normal range, and a lone large value.
+std::vector<float> activation_rows(int32_t n_rows, int32_t n_in, uint32_t seed) {
+  auto x = normal_floats(static_cast<size_t>(n_rows) * n_in, seed);
+  for (int32_t j = 0; j < 256 && j < n_in; ++j) x[j] = 0.0f;
+  if (n_rows > 1) {
+    float* r = x.data() + n_in;
+    r[10] = -6.5f, r[40] = 6.5f;    // the negative first, in another unit of the block
+    r[270] = 7.25f, r[300] = -7.25f;  // the positive first
+    for (int32_t j = 512; j < 768 && j < n_in; ++j) r[j] *= 1e-6f;
+    if (n_in > 900) r[900] = 1e4f;
+  }
+  return x;
+}
+
+// No GPU needed: the device's rounding of activations, run on the host, gives
+// ref_quantize_activations' integers and scales for each of the three formats.
+TEST(QuantDecoders, DeviceActivationRoundingIsTheHosts) {
+  const int32_t n_rows = 3, n_in = 1024;
+  const auto x = activation_rows(n_rows, n_in, 5);
+  for (const TensorType type : {TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ4_K}) {
+    SCOPED_TRACE(tensor_type_name(type));
+    const auto t = static_cast<uint32_t>(type);
+    const Q8Host got = quantize_q8_on_host(type, x, n_rows, n_in);
+    std::vector<uint8_t> blocks(static_cast<size_t>(n_rows * kernels::ref_activation_row_bytes(t, n_in)));
+    kernels::ref_quantize_activations_scalar(t, x.data(), n_rows, n_in, blocks.data());
+    for (int32_t u = 0; u < n_rows * n_in / 32; ++u) {
+      SCOPED_TRACE("unit " + std::to_string(u));
+      const int8_t* want_q;
+      float want_d, want_s;
+      if (type == TensorType::kQ4_K) {
+        const auto& b = reinterpret_cast<const kernels::BlockQ8_K*>(blocks.data())[u / 8];
+        want_q = b.qs + 32 * (u % 8);
+        want_d = b.d;
+        want_s = b.d * static_cast<float>(b.bsums[2 * (u % 8)] + b.bsums[2 * (u % 8) + 1]);
+      } else if (type == TensorType::kQ4_1) {
+        const auto& b = reinterpret_cast<const kernels::BlockQ8_1*>(blocks.data())[u];
+        want_q = b.qs;
+        want_d = kernels::fp16_to_fp32(b.d);
+        want_s = kernels::fp16_to_fp32(b.s);
+      } else {
+        const auto& b = reinterpret_cast<const kernels::BlockQ8_0*>(blocks.data())[u];
+        want_q = b.qs;
+        want_d = kernels::fp16_to_fp32(b.d);
+        want_s = 0.0f;
+      }
+      ASSERT_EQ(std::memcmp(got.q.data() + 32 * u, want_q, 32), 0);
+      ASSERT_EQ(got.d[u], want_d);
+      ASSERT_EQ(got.s[u], want_s);
+    }
+  }
+}
+
+// The CPU backend's product: the activations rounded by ref_quantize_activations.
+std::vector<float> cpu_q8_product(TensorType type, const QuantWeights& w, const std::vector<float>& x,
+                                  int32_t n_rows, int32_t n_in, int32_t n_out) {
+  const auto t = static_cast<uint32_t>(type);
+  std::vector<uint8_t> xq(static_cast<size_t>(n_rows * kernels::ref_activation_row_bytes(t, n_in)));
+  kernels::ref_quantize_activations(t, x.data(), n_rows, n_in, xq.data());
+  std::vector<float> y(static_cast<size_t>(n_rows) * n_out);
+  kernels::ref_matmul_quantized(t, w.bytes.data(), xq.data(), n_rows, n_in, n_out, 0, n_out, y.data());
+  return y;
+}
+
+// No GPU needed: the device's integer units and their scales, run on the host, sum to the CPU
+// backend's products, through both load paths and with the rows 2 bytes off a word. The integer
+// sums are the same, so only the float sums' order separates them; a bit taken from the wrong
+// place moves a unit by a whole quantization step, thousands of times the margin.
+TEST(QuantDecoders, DeviceIntegerUnitsGiveTheCpuProducts) {
+  struct alignas(16) Chunk { uint8_t b[16]; };
+  const int32_t n_rows = 2, n_out = 5, n_in = 1024;
+  for (const TensorType type : kTypes) {
+    SCOPED_TRACE(tensor_type_name(type));
+    const QuantWeights w = quantized(type, n_out, n_in, 11);
+    const auto x = activation_rows(n_rows, n_in, 3);
+    const Q8Host xq = quantize_q8_on_host(type, x, n_rows, n_in);
+    const auto want = cpu_q8_product(type, w, x, n_rows, n_in, n_out);
+    const auto bound = magnitude(w, x, n_rows, n_in, n_out);
+    const int64_t row_bytes = tensor_row_bytes(type, n_in);
+    for (const size_t offset : {0, 2}) {
+      std::vector<Chunk> buffer((offset + w.bytes.size() + 15) / 16);
+      std::memcpy(reinterpret_cast<uint8_t*>(buffer.data()) + offset, w.bytes.data(), w.bytes.size());
+      for (const bool vector : {false, true}) {
+        for (int32_t o = 0; o < n_out; ++o) {
+          const uint8_t* row = reinterpret_cast<const uint8_t*>(buffer.data()) + offset + o * row_bytes;
+          if (vector && reinterpret_cast<uintptr_t>(row) % 16 != 0) continue;
+          for (int32_t r = 0; r < n_rows; ++r) {
+            double sum = 0.0;
+            for (int32_t u = 0; u < n_in / 32; ++u) {
+              const int32_t xu = r * n_in / 32 + u;
+              float share = 0.0f;
+              ASSERT_EQ(kernels::quant_unit_q8_share(static_cast<uint32_t>(type), row, u, vector, xq.q.data() + 32 * xu,
+                                                     xq.d[xu], xq.s[xu], &share), 0);
+              sum += share;
+            }
+            const size_t i = static_cast<size_t>(r) * n_out + o;
+            ASSERT_NEAR(sum, want[i], 1e-5f * bound[i] + 1e-7f)
+                << "offset " << offset << " row " << o << " activation row " << r
+                << (vector ? " (16-byte loads)" : " (four-byte loads)");
+          }
+        }
+      }
+    }
+  }
+  float share;
+  EXPECT_NE(kernels::quant_unit_q8_share(0, nullptr, 0, false, nullptr, 1.0f, 0.0f, &share), 0);
+  EXPECT_NE(kernels::quantize_activations_q8(static_cast<uint32_t>(TensorType::kQ4_K), nullptr, 1, 100, nullptr), 0);
+}
+
+TEST(GpuParity, MatmulQuantizedQ8MatchesTheCpuBackend) {
+  HELIOS_REQUIRE_GPU();
+  struct Case { int32_t n_rows, n_in, n_out; };
+  // 1-13 rows (one launch of 8, one of 5); n_in of one super-block, several, and not a multiple
+  // of 32 units per lane.
+  for (const TensorType type : kTypes) {
+    for (const Case c : {Case{1, 1536, 333}, Case{3, 256, 64}, Case{8, 4096, 40}, Case{13, 768, 100},
+                         Case{2, 1024, 9}}) {
+      SCOPED_TRACE(std::string(tensor_type_name(type)) + " rows " + std::to_string(c.n_rows) + " n_in " +
+                   std::to_string(c.n_in) + " n_out " + std::to_string(c.n_out));
+      const QuantWeights w = quantized(type, c.n_out, c.n_in, c.n_in + c.n_out);
+      const auto x = activation_rows(c.n_rows, c.n_in, c.n_rows + 7);
+      const auto want = cpu_q8_product(type, w, x, c.n_rows, c.n_in, c.n_out);
+      const auto bound = magnitude(w, x, c.n_rows, c.n_in, c.n_out);
+      const size_t ws_bytes = kernels::matmul_quant_q8_workspace_bytes(c.n_rows, c.n_in);
+      std::vector<uint8_t> host_ws(ws_bytes);
+      ASSERT_EQ(kernels::quantize_activations_q8(static_cast<uint32_t>(type), x.data(), c.n_rows, c.n_in,
+                                                 host_ws.data()), 0);
+      const DeviceWeights d_w(w.bytes);
+      for (const bool aligned : {true, false}) {
+        SCOPED_TRACE(DeviceWeights::name(aligned));
+        const uint8_t* weights = aligned ? d_w.aligned() : d_w.misaligned();
+        DeviceArray<float> d_x(x), d_y(want.size());
+        DeviceArray<uint8_t> d_ws(ws_bytes);
+        ASSERT_EQ(kernels::launch_matmul_quant_q8(static_cast<uint32_t>(type), d_x.get(), weights, c.n_rows, c.n_in,
+                                                  c.n_out, d_y.get(), d_ws.get(), ws_bytes, nullptr),
+                  0);
+        // The rounded activations are the host twin's, byte for byte.
+        ASSERT_EQ(d_ws.to_host(), host_ws);
+        const auto got = d_y.to_host();
+        for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5f * bound[i] + 1e-7f) << "element " << i;
+      }
+    }
+  }
+  // A workspace too small, or none: an error, not a write past its end.
+  const size_t small_bytes = kernels::matmul_quant_q8_workspace_bytes(1, 256) - 1;
+  DeviceArray<uint8_t> small(small_bytes);
+  EXPECT_NE(kernels::launch_matmul_quant_q8(static_cast<uint32_t>(TensorType::kQ4_K), nullptr, nullptr, 1, 256, 4,
+                                            nullptr, small.get(), small_bytes, nullptr), 0);
+  EXPECT_NE(kernels::launch_matmul_quant_q8(static_cast<uint32_t>(TensorType::kQ4_K), nullptr, nullptr, 1, 256, 4,
+                                            nullptr, nullptr, 1 << 20, nullptr), 0);
 }
 
 TEST(GpuParity, MatmulQuantizedRefusesAWidthOutsideItsBlocks) {

@@ -6,9 +6,10 @@
 // bytes to read) and go through a matrix-vector kernel for up to kGemvMaxRows rows (decode) and
 // cublasGemmEx, with activations rounded to the weights' type, above that (prefill). Quantized matrices (Q8_0,
 // Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) stay in their GGUF blocks, so decode reads the file's
-// bytes: a matrix-vector kernel dequantizes in registers for up to kGemvMaxRows rows; above that
-// a slice of kDequantRows rows at a time is dequantized to f16 for cublasGemmEx. Other types
-// arrive as F32 (the loader dequantizes them).
+// bytes: for up to kGemvMaxRows rows the activations are rounded to 8 bits as the CPU backend
+// rounds them and a matrix-vector kernel takes integer dot products with the weights unpacked in
+// registers (the CPU's integer sums); above that a slice of kDequantRows rows at a time is
+// dequantized to f16 for cublasGemmEx. Other types arrive as F32 (the loader dequantizes them).
 //
 // Swap copies go through pinned host memory (alloc_host) on a copy stream of their own, so they
 // overlap the forward pass on the compute stream: copy_fence makes them wait for the compute work
@@ -163,7 +164,16 @@ struct StagedInts {
   std::vector<int32_t> shadow;  // what `device` holds
 };
 
-enum Scratch { kScratchHalfX, kScratchAttention, kScratchStats, kScratchHalfW, kScratchSample, kScratchSampleIo, kScratchCount };
+enum Scratch {
+  kScratchHalfX,
+  kScratchQ8X,
+  kScratchAttention,
+  kScratchStats,
+  kScratchHalfW,
+  kScratchSample,
+  kScratchSampleIo,
+  kScratchCount
+};
 
 class CudaBackend final : public Backend {
  public:
@@ -577,17 +587,21 @@ cudaError_t CudaBackend::grow_scratch(Scratch which, size_t bytes) {
   return cudaSuccess;
 }
 
-// What matmul (cuBLAS for more than kGemvMaxRows rows: the activations in 16 bits, a quantized
-// matrix's rows dequantized a slice at a time), attention's context splits, exit_stats and
+// What matmul (quantized weights: up to kGemvMaxRows activation rows in 8 bits; cuBLAS for more
+// rows: the activations in 16 bits, a quantized matrix's rows dequantized a slice at a time), attention's context splits, exit_stats and
 // sample_rows (its sort, and its rows with up to kReservedAdjustPerRow adjustments each) take for
 // a pass.
 Status CudaBackend::reserve_scratch(const PassShape& pass) {
   bind();
   const int32_t n_tokens = pass.n_tokens;
   if (n_tokens <= 0) return ok_status();
-  size_t half_x = 0, half_w = 0;
+  size_t half_x = 0, half_w = 0, q8_x = 0;
   for (const WeightMatrix& w : pass.matrices) {
-    if (!w.data || w.type == TensorType::kF32 || n_tokens <= kGemvMaxRows) continue;
+    if (!w.data || w.type == TensorType::kF32) continue;
+    if (quantized_type(w.type)) {  // a pass's matmuls may take fewer rows than its tokens
+      q8_x = std::max(q8_x, kernels::matmul_quant_q8_workspace_bytes(std::min(n_tokens, kGemvMaxRows), w.n_in));
+    }
+    if (n_tokens <= kGemvMaxRows) continue;
     half_x = std::max(half_x, half_rows_bytes(n_tokens, w));
     if (quantized_type(w.type)) half_w = std::max(half_w, dequant_slice_bytes(w));
   }
@@ -597,6 +611,7 @@ Status CudaBackend::reserve_scratch(const PassShape& pass) {
     const char* what;
   } needs[] = {
       {kScratchHalfX, half_x, "activations in 16 bits for cuBLAS"},
+      {kScratchQ8X, q8_x, "activations in 8 bits for quantized weights"},
       {kScratchHalfW, half_w, "quantized weights dequantized for cuBLAS"},
       {kScratchAttention,
        sizeof(float) * static_cast<size_t>(kernels::paged_attention_workspace_bound(pass.n_heads, pass.head_dim)),
@@ -667,13 +682,21 @@ void CudaBackend::matmul(const float* x, const WeightMatrix& w, int32_t n_rows, 
     ok(cudaErrorInvalidValue, "matmul (weight type not uploaded as F32, F16, BF16 or a quantized type)");
     return;
   }
+  if (n_rows <= kGemvMaxRows && quantized) {
+    const size_t q8_bytes = kernels::matmul_quant_q8_workspace_bytes(n_rows, w.n_in);
+    void* q8 = scratch(kScratchQ8X, q8_bytes);
+    if (!q8) return;
+    launch("gemv_q8", [](CudaBackend& b, const float* x, const WeightMatrix& w, int32_t n_rows, float* y, void* q8,
+                         size_t q8_bytes) {
+      b.ok_launch(kernels::launch_matmul_quant_q8(static_cast<uint32_t>(w.type), x, w.data, n_rows, w.n_in, w.n_out, y,
+                                                  q8, q8_bytes, b.stream_),
+                  "launch_matmul_quant_q8");
+    }, x, w, n_rows, y, q8, q8_bytes);
+    return;
+  }
   if (n_rows <= kGemvMaxRows) {
     launch("gemv", [](CudaBackend& b, const float* x, const WeightMatrix& w, int32_t n_rows, float* y) {
-      if (quantized_type(w.type)) {
-        b.ok_launch(kernels::launch_matmul_quant(static_cast<uint32_t>(w.type), x, w.data, n_rows, w.n_in, w.n_out, y,
-                                                 b.stream_),
-                    "launch_matmul_quant");
-      } else if (w.type == TensorType::kBF16) {
+      if (w.type == TensorType::kBF16) {
         b.ok_launch(kernels::launch_matmul_bf16(x, static_cast<const uint16_t*>(w.data), n_rows, w.n_in, w.n_out, y,
                                                 b.stream_),
                     "launch_matmul_bf16");

@@ -1,0 +1,289 @@
+// Quantized weights against activations in 8 bits, the CPU backend's arithmetic on the device (as
+// llama.cpp's CUDA matrix-vector kernels do it): one launch rounds each activation row as
+// ref_quantize_activations does for the weight type, a thread per 32 values (Q8_K's scale is
+// shared by 8 of them, which agree on it through shuffles); then one warp per output row takes a
+// unit of its weights per lane, as 8-bit integers in registers (quant_units.cuh), against 1 to 8
+// activation rows with dp4a. Per unit and row a lane reads 32 bytes of activations and their two
+// scales, against 128 bytes of f32 in shared memory for the f32 kernel (matmul_quant.cu): 4x less
+// on the path that bounds a decode step once the weights stream at full bandwidth. The integer
+// sums are the CPU twin's exactly; only the order of the float sums differs.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/quant_units.cuh"
+#include "kernels/kernels.h"
+
+namespace helios::kernels {
+namespace {
+
+using cuda::IntUnit;
+using cuda::kUnit;
+using cuda::QuantInts;
+
+constexpr int kThreads = 256;  // 8 warps, 8 output rows per block
+constexpr int kMaxRows = 8;    // activation rows one launch serves
+
+// --- The activations' rounding, per unit of 32 values.
+
+// The 8-bit format the weight type's products take (ref_quantize_activations).
+enum class Act { kQ8_0, kQ8_1, kQ8_K };
+constexpr Act act_of(uint32_t weight_type) {
+  return weight_type == kWeightQ4_1 || weight_type == kWeightQ5_1 ? Act::kQ8_1
+         : weight_type == kWeightQ4_K || weight_type == kWeightQ5_K || weight_type == kWeightQ6_K ? Act::kQ8_K
+                                                                                                   : Act::kQ8_0;
+}
+// Units that share one scale: Q8_K's 256-value blocks, the others' 32.
+template <Act kAct>
+constexpr int kUnitsPerScale = kAct == Act::kQ8_K ? kQKK / kUnit : 1;
+
+// The value of largest magnitude and its index; the first of equals, as the CPU's scan keeps it
+// (a NaN never wins, as there).
+struct Peak {
+  float amax = 0.0f, value = 0.0f;
+  int32_t index = INT_MAX;
+};
+HD Peak unit_peak(const float* x, int32_t first_index) {
+  Peak p;
+  for (int j = 0; j < kUnit; ++j) {
+    const float ax = fabsf(x[j]);
+    if (ax > p.amax) p = {ax, x[j], first_index + j};
+  }
+  return p;
+}
+// Of two peaks, the larger, or the earlier of equals: the same whichever way round.
+HD Peak larger(const Peak& a, const Peak& b) {
+  return b.amax > a.amax || (b.amax == a.amax && b.index < a.index) ? b : a;
+}
+
+HD int32_t round_even(float x) {
+#ifdef __CUDA_ARCH__
+  return __float2int_rn(x);
+#else
+  return static_cast<int32_t>(std::nearbyint(x));
+#endif
+}
+HD float through_half(float x) { return __half2float(__float2half_rn(x)); }
+
+// A unit's bytes (4 per word) and (d, s) from its scale group's peak, with
+// ref_quantize_activations' operations: Q8_0/Q8_1 q = round(x·127/amax), d = amax/127 kept as a
+// half (Q8_1's s = d·Σq too, from d before rounding); Q8_K q = min(127, round(x·(−127/max))),
+// d = 1/(−127/max), a block of zeros when amax is 0.
+template <Act kAct>
+HD float2 quantize_unit(const float* x, const Peak& p, uint32_t (&q)[8]) {
+  float mul, d;
+  if constexpr (kAct == Act::kQ8_K) {
+    mul = p.amax != 0.0f ? -127.0f / p.value : 0.0f;
+    d = p.amax != 0.0f ? 1.0f / mul : 0.0f;
+  } else {
+    mul = p.amax != 0.0f ? 127.0f / p.amax : 0.0f;
+    d = p.amax / 127.0f;
+  }
+  int32_t sum = 0;
+  for (int i = 0; i < 8; ++i) {
+    uint32_t word = 0;
+    for (int k = 0; k < 4; ++k) {
+      int32_t v = round_even(x[4 * i + k] * mul);
+      if constexpr (kAct == Act::kQ8_K) v = v < 127 ? v : 127;
+      sum += v;
+      word |= static_cast<uint32_t>(v & 0xFF) << (8 * k);
+    }
+    q[i] = word;
+  }
+  if constexpr (kAct == Act::kQ8_K) return {d, d * static_cast<float>(sum)};
+  if constexpr (kAct == Act::kQ8_1) return {through_half(d), through_half(d * static_cast<float>(sum))};
+  return {through_half(d), 0.0f};
+}
+
+// Where a workspace keeps the quantized rows: the bytes, then the (d, s) pairs.
+struct Q8Rows {
+  int8_t* q;
+  float2* ds;
+};
+Q8Rows q8_rows(void* workspace, int32_t n_rows, int32_t n_in) {
+  auto* q = static_cast<int8_t*>(workspace);
+  return {q, reinterpret_cast<float2*>(q + static_cast<int64_t>(n_rows) * n_in)};
+}
+
+// A thread per unit; a scale group's units are consecutive lanes of one warp (8 divides 32, and a
+// row holds whole groups), which share their peaks with xor shuffles.
+template <Act kAct, bool kVectorX>
+__global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t n_units, int8_t* __restrict__ q,
+                                   float2* __restrict__ ds) {
+  constexpr int kGroup = kUnitsPerScale<kAct>;
+  const int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const bool active = u < n_units;  // every lane shuffles, with or without a unit
+  float v[kUnit] = {};
+  if (active) {
+    const float* xu = x + u * kUnit;
+    if constexpr (kVectorX) {
+      for (int i = 0; i < kUnit / 4; ++i) {
+        const float4 f = __ldg(reinterpret_cast<const float4*>(xu) + i);
+        v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+      }
+    } else {
+      for (int j = 0; j < kUnit; ++j) v[j] = __ldg(xu + j);
+    }
+  }
+  Peak p = unit_peak(v, static_cast<int32_t>(u % kGroup) * kUnit);
+  for (int o = 1; o < kGroup; o <<= 1) {
+    const Peak other{__shfl_xor_sync(cuda::kFullMask, p.amax, o), __shfl_xor_sync(cuda::kFullMask, p.value, o),
+                     __shfl_xor_sync(cuda::kFullMask, p.index, o)};
+    p = larger(p, other);
+  }
+  if (!active) return;
+  uint32_t words[8];
+  const float2 scales = quantize_unit<kAct>(v, p, words);
+  auto* out = reinterpret_cast<uint4*>(q + u * kUnit);
+  out[0] = make_uint4(words[0], words[1], words[2], words[3]);
+  out[1] = make_uint4(words[4], words[5], words[6], words[7]);
+  ds[u] = scales;
+}
+
+// The host's run of the same code: each scale group's peaks combined in order.
+template <Act kAct>
+void quantize_on_host(const float* x, int64_t n_units, int8_t* q, float2* ds) {
+  constexpr int kGroup = kUnitsPerScale<kAct>;
+  for (int64_t g = 0; g < n_units; g += kGroup) {
+    Peak p;
+    for (int k = 0; k < kGroup; ++k) p = larger(p, unit_peak(x + (g + k) * kUnit, k * kUnit));
+    for (int k = 0; k < kGroup; ++k) {
+      uint32_t words[8];
+      ds[g + k] = quantize_unit<kAct>(x + (g + k) * kUnit, p, words);
+      for (int j = 0; j < kUnit; ++j) q[(g + k) * kUnit + j] = static_cast<int8_t>(words[j / 4] >> (8 * (j % 4)));
+    }
+  }
+}
+
+// --- The product.
+
+// From 2 rows a thread holds a unit's 8 words, the activations' words and R sums: left to its
+// own choice, ptxas took 40-48 registers and spilled 4-24 bytes for some types at 2-5 rows (ptxas
+// -v, sm_90). 3 blocks of kThreads per SM leave it up to 80 registers, which Q4_K at 7 and 8 rows
+// still spilled past; 2 leave 128. One row keeps ptxas' choice.
+template <int R>
+constexpr int kMinBlocksPerSm = R == 1 ? 0 : R <= 6 ? 3 : 2;  // 0: unspecified
+
+template <uint32_t kType, int R, bool kVector>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<R>) gemv_q8_kernel(const int8_t* __restrict__ xq,
+                                                           const float2* __restrict__ xds,
+                                                           const uint8_t* __restrict__ w, int64_t row_bytes,
+                                                           int32_t n_in, int32_t n_out, float* __restrict__ y) {
+  const int lane = threadIdx.x % 32;
+  const int32_t o = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
+  if (o >= n_out) return;
+  const int32_t n_units = n_in / kUnit;
+  const uint8_t* wr = w + static_cast<int64_t>(o) * row_bytes;
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  for (int32_t u = lane; u < n_units; u += 32) {
+    const IntUnit wu = QuantInts<kType>::template unit<kVector>(wr, u);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const auto* xv = reinterpret_cast<const uint4*>(xq + static_cast<int64_t>(r) * n_in) + 2 * u;
+      const uint4 a = __ldg(xv), b = __ldg(xv + 1);
+      const uint32_t x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+      const float2 ds = __ldg(xds + static_cast<int64_t>(r) * n_units + u);
+      acc[r] += cuda::unit_share<kType>(wu, x, ds.x, ds.y);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float s = cuda::warp_sum(acc[r]);
+    if (lane == 0) y[static_cast<int64_t>(r) * n_out + o] = s;
+  }
+}
+
+template <uint32_t kType>
+int quantize(const float* x, int32_t n_rows, int32_t n_in, const Q8Rows& rows, cudaStream_t s) {
+  constexpr Act kAct = act_of(kType);
+  const int64_t n_units = static_cast<int64_t>(n_rows) * (n_in / kUnit);
+  const auto blocks = static_cast<unsigned>((n_units + kThreads - 1) / kThreads);
+  if (reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    quantize_q8_kernel<kAct, true><<<blocks, kThreads, 0, s>>>(x, n_units, rows.q, rows.ds);
+  } else {
+    quantize_q8_kernel<kAct, false><<<blocks, kThreads, 0, s>>>(x, n_units, rows.q, rows.ds);
+  }
+  return cuda::launch_status();
+}
+
+template <uint32_t kType>
+struct GemvQ8 {
+  static int run(const float* x, const uint8_t* w, int64_t row_bytes, int32_t n_rows, int32_t n_in, int32_t n_out,
+                 float* y, Q8Rows rows, cudaStream_t s) {
+    if (const int e = quantize<kType>(x, n_rows, n_in, rows, s); e != 0) return e;
+    const unsigned blocks = (n_out + kThreads / 32 - 1) / (kThreads / 32);
+    const int32_t n_units = n_in / kUnit;
+    // One launch per kMaxRows rows (the last may have fewer): each weight byte read once per launch.
+    for (int32_t r = 0; r < n_rows; r += kMaxRows) {
+      const int8_t* xq = rows.q + static_cast<int64_t>(r) * n_in;
+      const float2* xds = rows.ds + static_cast<int64_t>(r) * n_units;
+      float* yr = y + static_cast<int64_t>(r) * n_out;
+      cuda::with_row_count(std::min(kMaxRows, n_rows - r), [&](auto count) {
+        cuda::with_loads<kType>(w, row_bytes, [&](auto vector) {
+          gemv_q8_kernel<kType, decltype(count)::value, decltype(vector)::value>
+              <<<blocks, kThreads, 0, s>>>(xq, xds, w, row_bytes, n_in, n_out, yr);
+        });
+      });
+    }
+    return cuda::launch_status();
+  }
+};
+
+template <uint32_t kType>
+struct QuantizeOnHost {
+  static int run(const float* x, int32_t n_rows, int32_t n_in, Q8Rows rows) {
+    quantize_on_host<act_of(kType)>(x, static_cast<int64_t>(n_rows) * (n_in / kUnit), rows.q, rows.ds);
+    return 0;
+  }
+};
+
+template <uint32_t kType>
+struct UnitShare {  // on the host: both load paths, so the test sees each
+  static int run(const uint8_t* row, int32_t u, bool vector, const int8_t* xq, float d, float s, float* share) {
+    uint32_t x[8] = {};
+    for (int j = 0; j < kUnit; ++j) x[j / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(xq[j])) << (8 * (j % 4));
+    const IntUnit wu = vector && cuda::kVectorizable<kType> ? QuantInts<kType>::template unit<true>(row, u)
+                                                            : QuantInts<kType>::template unit<false>(row, u);
+    *share = cuda::unit_share<kType>(wu, x, d, s);
+    return 0;
+  }
+};
+
+}  // namespace
+
+size_t matmul_quant_q8_workspace_bytes(int32_t n_rows, int32_t n_in) {
+  if (n_rows <= 0 || n_in <= 0) return 0;
+  return static_cast<size_t>(n_rows) * n_in + static_cast<size_t>(n_rows) * (n_in / kUnit) * sizeof(float2);
+}
+
+int launch_matmul_quant_q8(uint32_t weight_type, const float* x, const void* w, int32_t n_rows, int32_t n_in,
+                           int32_t n_out, float* y, void* workspace, size_t workspace_bytes, void* stream) {
+  if (n_rows <= 0 || n_out <= 0) return 0;
+  const int64_t row_bytes = cuda::row_bytes_of(weight_type, n_in);
+  if (row_bytes == 0 || !workspace || reinterpret_cast<uintptr_t>(workspace) % 16 != 0 ||
+      workspace_bytes < matmul_quant_q8_workspace_bytes(n_rows, n_in)) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  return cuda::dispatch<GemvQ8>(weight_type, x, static_cast<const uint8_t*>(w), row_bytes, n_rows, n_in, n_out, y,
+                                q8_rows(workspace, n_rows, n_in), cuda::as_stream(stream));
+}
+
+int quantize_activations_q8(uint32_t weight_type, const float* x, int32_t n_rows, int32_t n_in, void* workspace) {
+  if (cuda::row_bytes_of(weight_type, n_in) == 0 || n_rows < 0) return static_cast<int>(cudaErrorInvalidValue);
+  return cuda::dispatch<QuantizeOnHost>(weight_type, x, n_rows, n_in, q8_rows(workspace, n_rows, n_in));
+}
+
+int quant_unit_q8_share(uint32_t weight_type, const void* row, int32_t unit, bool vector_loads, const int8_t* xq,
+                        float d, float s, float* share) {
+  if (cuda::block_shape(weight_type).values == 0) return static_cast<int>(cudaErrorInvalidValue);
+  return cuda::dispatch<UnitShare>(weight_type, static_cast<const uint8_t*>(row), unit, vector_loads, xq, d, s,
+                                   share);
+}
+
+}  // namespace helios::kernels
