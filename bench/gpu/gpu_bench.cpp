@@ -8,6 +8,7 @@
 //              shapes: time, GB/s and share of the HBM roofline per weight type and row count;
 //   compare    one model on the GPU and on the CPU: decode tok/s of each and whether their greedy
 //              tokens agree.
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -57,8 +58,9 @@ attention: launch_paged_attention on an f32 or f16 paged cache (blocks of 16, sh
   GB/s = (K + V bytes read + q + out) / time.
 gemv: y[B, OUT] = x[B, IN] · W[OUT, IN]ᵀ through launch_matmul_f16/_bf16/_quant, W of random bytes
   in the type's layout (the kernels' speed does not depend on the values); quantized types run
-  twice, against f32 activations (act f32) and rounding them to 8 bits in the call (act q8, the
-  backend's path: launch_matmul_quant_q8); for each type, OUTxIN
+  three ways: against f32 activations (path f32), rounding them to 8 bits in the call (q8: the
+  backend's path up to cuda_gemv_max_rows rows), and dequantized to f16 for cublasGemmEx (deq: its
+  path past them); for each type, OUTxIN
   shape (default: a Llama-2-7B layer's) and row count B; time per call from CUDA events over --iters
   calls after 3 warm-ups; GB/s = (weight bytes + x and y bytes) / time; roofline = GB/s / bandwidth.
   The weights of all shapes of a type are more than the L2 holds, and each call reads another
@@ -151,7 +153,7 @@ Args parse(int argc, char** argv) {
   }
   if (a.batch.empty()) {
     a.batch = a.mode == "attention" ? std::vector<int>{1, 8, 32}
-              : a.mode == "gemv"    ? std::vector<int>{1, 2, 4, 8}
+              : a.mode == "gemv"    ? std::vector<int>{1, 2, 4, 8, 16, 32, 64}
                                     : std::vector<int>{1};
   }
   return a;
@@ -433,9 +435,13 @@ int cmd_attention(const Args& a, json& j) {
 
 int cmd_gemv(const Args& a, json& j) {
   using helios::TensorType;
-  // Quantized weights run twice: against f32 activations (launch_matmul_quant) and against
-  // activations rounded to 8 bits in the same call (launch_matmul_quant_q8, the backend's path).
-  std::printf("%-6s %12s %5s %4s %10s %10s %9s\n", "type", "shape", "rows", "act", "us/call", "GB/s", "roofline");
+  // Quantized weights run three ways: against f32 activations (launch_matmul_quant); against
+  // activations rounded to 8 bits in the same call (launch_matmul_quant_q8, the backend's path up
+  // to cuda_gemv_max_rows); and as the backend's path past it, the blocks dequantized to f16 and
+  // the activations rounded to f16 for cublasGemmEx ("deq"). GB/s counts the blocks' bytes for all.
+  cublasHandle_t blas = nullptr;
+  if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) die("cublasCreate failed");
+  std::printf("%-6s %12s %5s %4s %10s %10s %9s\n", "type", "shape", "rows", "path", "us/call", "GB/s", "roofline");
   for (const std::string& name : a.types) {
     const auto type = helios::tensor_type_from_name(name);
     const bool f16 = type == TensorType::kF16, bf16 = type == TensorType::kBF16;
@@ -465,39 +471,60 @@ int cmd_gemv(const Args& a, json& j) {
       BENCH_CUDA(cudaMemset(x, 0, static_cast<size_t>(max_rows) * n_in * 4));
       const size_t q8_bytes = helios::kernels::matmul_quant_q8_workspace_bytes(max_rows, n_in);
       void* q8 = nullptr;
-      if (quant) BENCH_CUDA(cudaMalloc(&q8, q8_bytes));
+      uint16_t *xh = nullptr, *wh = nullptr;
+      if (quant) {
+        BENCH_CUDA(cudaMalloc(&q8, q8_bytes));
+        BENCH_CUDA(cudaMalloc(&xh, static_cast<size_t>(max_rows) * n_in * 2));
+        BENCH_CUDA(cudaMalloc(&wh, static_cast<size_t>(n_out) * n_in * 2));
+      }
+      const std::vector<std::string> paths = quant ? std::vector<std::string>{"f32", "q8", "deq"}
+                                                   : std::vector<std::string>{f16 ? "f16" : "bf16"};
       for (int rows : a.batch) {
-        for (const bool act_q8 : quant ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+        for (const std::string& path : paths) {
           int call_no = 0;
           auto call = [&] {
             const uint8_t* wc = w[call_no++ % copies];
             const auto* w16 = reinterpret_cast<const uint16_t*>(wc);
             const auto t = static_cast<uint32_t>(*type);
-            const int e =
-                f16      ? helios::kernels::launch_matmul_f16(x, w16, rows, n_in, n_out, y, nullptr)
-                : bf16   ? helios::kernels::launch_matmul_bf16(x, w16, rows, n_in, n_out, y, nullptr)
-                : act_q8 ? helios::kernels::launch_matmul_quant_q8(t, x, wc, rows, n_in, n_out, y, q8, q8_bytes, nullptr)
-                         : helios::kernels::launch_matmul_quant(t, x, wc, rows, n_in, n_out, y, nullptr);
+            int e;
+            if (f16) {
+              e = helios::kernels::launch_matmul_f16(x, w16, rows, n_in, n_out, y, nullptr);
+            } else if (bf16) {
+              e = helios::kernels::launch_matmul_bf16(x, w16, rows, n_in, n_out, y, nullptr);
+            } else if (path == "q8") {
+              e = helios::kernels::launch_matmul_quant_q8(t, x, wc, rows, n_in, n_out, y, q8, q8_bytes, nullptr);
+            } else if (path == "f32") {
+              e = helios::kernels::launch_matmul_quant(t, x, wc, rows, n_in, n_out, y, nullptr);
+            } else {  // the backend's cuBLAS path for many rows (one slice: these shapes are under 16384 rows)
+              e = helios::kernels::launch_f32_to_f16(x, static_cast<int64_t>(rows) * n_in, xh, nullptr);
+              if (e == 0) e = helios::kernels::launch_dequantize_f16(t, wc, n_out, n_in, wh, nullptr);
+              const float one = 1.0f, zero = 0.0f;
+              if (e == 0 && cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, rows, n_in, &one, wh, CUDA_R_16F, n_in,
+                                         xh, CUDA_R_16F, n_in, &zero, y, CUDA_R_32F, n_out, CUBLAS_COMPUTE_32F,
+                                         CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS) {
+                die("gemv " + name + ": cublasGemmEx failed");
+              }
+            }
             if (e != 0) die("gemv " + name + ": " + cudaGetErrorString(static_cast<cudaError_t>(e)));
           };
           const double us = us_per_call(a.iters, call);
           const double bytes = static_cast<double>(w_bytes) + 4.0 * rows * (n_in + n_out);
           const double gbs = bytes / (us * 1e-6) / 1e9;
           const std::string shape = std::to_string(n_out) + "x" + std::to_string(n_in);
-          const char* act = act_q8 ? "q8" : (f16 ? "f16" : bf16 ? "bf16" : "f32");
-          std::printf("%-6s %12s %5d %4s %10.1f %10.1f %8.0f%%\n", name.c_str(), shape.c_str(), rows, act, us, gbs,
-                      100.0 * gbs / a.bandwidth_gbs);
-          j["runs"].push_back({{"type", name}, {"n_out", n_out}, {"n_in", n_in}, {"rows", rows},
-                               {"activations", act}, {"us_per_call", us}, {"bytes", bytes}, {"gb_s", gbs},
+          std::printf("%-6s %12s %5d %4s %10.1f %10.1f %8.0f%%\n", name.c_str(), shape.c_str(), rows, path.c_str(), us,
+                      gbs, 100.0 * gbs / a.bandwidth_gbs);
+          j["runs"].push_back({{"type", name}, {"n_out", n_out}, {"n_in", n_in}, {"rows", rows}, {"path", path},
+                               {"us_per_call", us}, {"bytes", bytes}, {"gb_s", gbs},
                                {"roofline_share", gbs / a.bandwidth_gbs}});
         }
       }
       for (uint8_t* p : w) cudaFree(p);
-      cudaFree(q8);
-      cudaFree(x);
-      cudaFree(y);
+      for (void* p : {q8, static_cast<void*>(xh), static_cast<void*>(wh), static_cast<void*>(x), static_cast<void*>(y)}) {
+        cudaFree(p);
+      }
     }
   }
+  cublasDestroy(blas);
   j["bandwidth_gbs"] = a.bandwidth_gbs;
   return 0;
 }

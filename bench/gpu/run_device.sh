@@ -225,7 +225,7 @@ fi
 summarize
 
 # --- the decode matmul kernels alone: what share of the roofline each weight type reaches
-timed 60 "$BENCH" gemv --batch 1,2,4,8 --bandwidth-gbs "$BANDWIDTH" --json "$RESULTS/gemv.json" \
+timed 90 "$BENCH" gemv --batch 1,2,4,8,16,32,64 --bandwidth-gbs "$BANDWIDTH" --json "$RESULTS/gemv.json" \
   > "$RESULTS/gemv.log" 2>&1
 log "gemv done (exit $?)"
 summarize

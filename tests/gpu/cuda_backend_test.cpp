@@ -3,12 +3,15 @@
 // Tolerances: F32 matmul 1e-5 · Σ|w·x| (cuBLAS SGEMM, no TF32); F16 and BF16 up to 8 rows as the
 // 16-bit kernel test; F16 above 8 rows 2e-3 · Σ|w·x| (cuBLAS rounds the activations to half), BF16
 // 1e-2 (to bfloat16: 8 bits of mantissa);
-// quantized as F16 (the same dequantized values; above 8 rows they are rounded to half too);
+// quantized, up to cuda_gemv_max_rows rows, 1e-5 against the CPU backend's own product (activations
+// rounded to 8 bits, the same integer sums), and above it as F16 (the same dequantized values,
+// rounded to half);
 // forward logits 1e-3 absolute on logits of magnitude ~10; greedy tokens identical.
 #include <cmath>
 #include <filesystem>
 #include <vector>
 
+#include "backend/cuda/cuda_backend.h"
 #include "gpu/gpu_test_util.h"
 #include "helios/backend.h"
 #include "helios/generate.h"
@@ -81,8 +84,9 @@ TEST(CudaBackend, MatmulMatchesTheReference) {
 }
 
 // Quantized weights through the backend: the matrix-vector kernel up to 8 rows, then slices of
-// 16384 weight rows dequantized to f16 for cuBLAS (n_out past one slice, so two run).
-TEST(CudaBackend, QuantizedMatmulMatchesTheDequantizedReference) {
+// Up to cuda_gemv_max_rows rows the 8-bit matrix-vector kernel; past them 16384 weight rows
+// dequantized to f16 for cuBLAS at a time (n_out past one slice, so two run).
+TEST(CudaBackend, QuantizedMatmulMatchesTheCpuBackendThenTheDequantizedReference) {
   HELIOS_REQUIRE_GPU();
   auto be = cuda_backend();
   ASSERT_NE(be, nullptr);
@@ -96,19 +100,44 @@ TEST(CudaBackend, QuantizedMatmulMatchesTheDequantizedReference) {
     ASSERT_TRUE(quantize_row(type, w.data(), q.data(), static_cast<int64_t>(w.size())).ok());
     ASSERT_TRUE(dequantize_row(type, q.data(), values.data(), static_cast<int64_t>(w.size())).ok());
     for (size_t i = 0; i < values.size(); ++i) values_abs[i] = std::fabs(values[i]);
-    for (int32_t n_rows : {1, 8, 9, 40}) {
-      SCOPED_TRACE(std::string(tensor_type_name(type)) + " rows " + std::to_string(n_rows));
+    const int32_t gemv_rows = cuda_gemv_max_rows(type, n_in);  // Q8_0 32, Q4_K 64, Q6_K 40
+    for (int32_t n_rows : {1, 8, 9, 40, 72}) {
+      const bool gemv = n_rows <= gemv_rows;
+      SCOPED_TRACE(std::string(tensor_type_name(type)) + " rows " + std::to_string(n_rows) +
+                   (gemv ? " (8-bit activations)" : " (cuBLAS)"));
       const auto x = normal_floats(static_cast<size_t>(n_rows) * n_in, 52 + n_rows);
       std::vector<float> x_abs(x.size());
       for (size_t i = 0; i < x.size(); ++i) x_abs[i] = std::fabs(x[i]);
       std::vector<float> want(static_cast<size_t>(n_rows) * n_out), bound(want.size());
-      kernels::ref_matmul(x.data(), values.data(), n_rows, n_in, n_out, want.data());
+      if (gemv) {
+        const auto t = static_cast<uint32_t>(type);
+        std::vector<uint8_t> xq(static_cast<size_t>(n_rows * kernels::ref_activation_row_bytes(t, n_in)));
+        kernels::ref_quantize_activations(t, x.data(), n_rows, n_in, xq.data());
+        kernels::ref_matmul_quantized(t, q.data(), xq.data(), n_rows, n_in, n_out, 0, n_out, want.data());
+      } else {
+        kernels::ref_matmul(x.data(), values.data(), n_rows, n_in, n_out, want.data());
+      }
       kernels::ref_matmul(x_abs.data(), values_abs.data(), n_rows, n_in, n_out, bound.data());
       const auto got = backend_matmul(*be, x, q.data(), q.size(), type, n_rows, n_in, n_out);
-      const float rel = n_rows <= 8 ? 1e-5f : 2e-3f;
+      const float rel = gemv ? 1e-5f : 2e-3f;
       for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], rel * bound[i] + 1e-7f) << "element " << i;
     }
   }
+}
+
+// No GPU needed: the rows up to which each weight type takes a matrix-vector kernel, where ⌈n/8⌉
+// launches read about the bytes of a dequantization to f16 (b + 4 per value, b the blocks').
+TEST(CudaGemvRows, QuantizedTypesFollowTheirBytesPerValue) {
+  EXPECT_EQ(cuda_gemv_max_rows(TensorType::kQ4_0, 4096), 64);  // 0.5625 bytes per value
+  EXPECT_EQ(cuda_gemv_max_rows(TensorType::kQ4_K, 4096), 64);
+  EXPECT_EQ(cuda_gemv_max_rows(TensorType::kQ4_1, 4096), 56);  // 0.625
+  EXPECT_EQ(cuda_gemv_max_rows(TensorType::kQ5_K, 4096), 48);  // 0.6875
+  EXPECT_EQ(cuda_gemv_max_rows(TensorType::kQ6_K, 4096), 40);  // 0.8203
+  EXPECT_EQ(cuda_gemv_max_rows(TensorType::kQ8_0, 4096), 32);  // 1.0625
+  EXPECT_EQ(cuda_gemv_max_rows(TensorType::kF16, 4096), 8);
+  EXPECT_EQ(cuda_gemv_max_rows(TensorType::kBF16, 4096), 8);
+  EXPECT_EQ(cuda_gemv_max_rows(TensorType::kF32, 4096), 0);
+  EXPECT_EQ(cuda_gemv_max_rows(TensorType::kQ4_K, 100), 0);  // not whole blocks
 }
 
 TEST(CudaBackend, DecisionOpsMatchTheDefaults) {

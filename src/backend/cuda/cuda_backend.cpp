@@ -6,10 +6,10 @@
 // bytes to read) and go through a matrix-vector kernel for up to kGemvMaxRows rows (decode) and
 // cublasGemmEx, with activations rounded to the weights' type, above that (prefill). Quantized matrices (Q8_0,
 // Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) stay in their GGUF blocks, so decode reads the file's
-// bytes: for up to kGemvMaxRows rows the activations are rounded to 8 bits as the CPU backend
-// rounds them and a matrix-vector kernel takes integer dot products with the weights unpacked in
-// registers (the CPU's integer sums); above that a slice of kDequantRows rows at a time is
-// dequantized to f16 for cublasGemmEx. Other types arrive as F32 (the loader dequantizes them).
+// bytes: for up to cuda_gemv_max_rows rows (32 to 64 by type: decode batches) the activations are
+// rounded to 8 bits as the CPU backend rounds them and a matrix-vector kernel takes integer dot
+// products with the weights unpacked in registers (the CPU's integer sums), 8 rows a launch; above
+// that a slice of kDequantRows rows at a time is dequantized to f16 for cublasGemmEx. Other types arrive as F32 (the loader dequantizes them).
 //
 // Swap copies go through pinned host memory (alloc_host) on a copy stream of their own, so they
 // overlap the forward pass on the compute stream: copy_fence makes them wait for the compute work
@@ -56,7 +56,7 @@
 namespace helios {
 namespace {
 
-constexpr int32_t kGemvMaxRows = 8;   // rows through a matrix-vector kernel (one launch), more via cuBLAS
+constexpr int32_t kGemvMaxRows = 8;   // rows a matrix-vector launch serves; F16/BF16 take more via cuBLAS
 constexpr int32_t kDequantRows = 16384;  // weight rows dequantized at a time for a quantized GEMM
 constexpr int32_t kSampleGroup = 32;     // rows sampled in one launch (the sort's workspace grows with them)
 
@@ -92,6 +92,9 @@ bool quantized_type(TensorType t) {
       return false;
   }
 }
+
+int32_t gemv_max_rows(const WeightMatrix& w) { return cuda_gemv_max_rows(w.type, w.n_in); }
+
 constexpr int kMaxLoggedErrors = 20;  // a sticky fault would otherwise log once per op
 constexpr size_t kMaxStagedArrays = 64;
 constexpr size_t kMaxStepGraphs = 64;           // captured steps kept (batch sizes x context steps)
@@ -587,7 +590,7 @@ cudaError_t CudaBackend::grow_scratch(Scratch which, size_t bytes) {
   return cudaSuccess;
 }
 
-// What matmul (quantized weights: up to kGemvMaxRows activation rows in 8 bits; cuBLAS for more
+// What matmul (quantized weights: up to gemv_max_rows activation rows in 8 bits; cuBLAS for more
 // rows: the activations in 16 bits, a quantized matrix's rows dequantized a slice at a time), attention's context splits, exit_stats and
 // sample_rows (its sort, and its rows with up to kReservedAdjustPerRow adjustments each) take for
 // a pass.
@@ -599,9 +602,9 @@ Status CudaBackend::reserve_scratch(const PassShape& pass) {
   for (const WeightMatrix& w : pass.matrices) {
     if (!w.data || w.type == TensorType::kF32) continue;
     if (quantized_type(w.type)) {  // a pass's matmuls may take fewer rows than its tokens
-      q8_x = std::max(q8_x, kernels::matmul_quant_q8_workspace_bytes(std::min(n_tokens, kGemvMaxRows), w.n_in));
+      q8_x = std::max(q8_x, kernels::matmul_quant_q8_workspace_bytes(std::min(n_tokens, gemv_max_rows(w)), w.n_in));
     }
-    if (n_tokens <= kGemvMaxRows) continue;
+    if (n_tokens <= gemv_max_rows(w)) continue;
     half_x = std::max(half_x, half_rows_bytes(n_tokens, w));
     if (quantized_type(w.type)) half_w = std::max(half_w, dequant_slice_bytes(w));
   }
@@ -682,7 +685,7 @@ void CudaBackend::matmul(const float* x, const WeightMatrix& w, int32_t n_rows, 
     ok(cudaErrorInvalidValue, "matmul (weight type not uploaded as F32, F16, BF16 or a quantized type)");
     return;
   }
-  if (n_rows <= kGemvMaxRows && quantized) {
+  if (quantized && n_rows <= gemv_max_rows(w)) {
     const size_t q8_bytes = kernels::matmul_quant_q8_workspace_bytes(n_rows, w.n_in);
     void* q8 = scratch(kScratchQ8X, q8_bytes);
     if (!q8) return;
@@ -1090,6 +1093,19 @@ StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device) {
   auto backend = std::make_unique<CudaBackend>(device);
   HELIOS_RETURN_IF_ERROR(backend->init());
   return std::unique_ptr<Backend>(std::move(backend));
+}
+
+// Quantized matrices: kGemvMaxRows a launch, each launch reading the blocks once. Past the limit,
+// cuBLAS on f16 weights dequantized a slice at a time costs less: it reads the blocks once but
+// writes and reads back 4 bytes per weight besides. The two read about the same bytes where
+// ⌈n/8⌉·b = b + 4, b the blocks' bytes per value. A bytes model; the GPU benchmark's batch sweep
+// is where it is checked.
+int32_t cuda_gemv_max_rows(TensorType type, int32_t n_in) {
+  if (type == TensorType::kF16 || type == TensorType::kBF16) return kGemvMaxRows;
+  const auto blocks = tensor_type_traits(static_cast<uint32_t>(type));
+  if (!quantized_type(type) || !blocks || n_in <= 0 || n_in % blocks->block_elems != 0) return 0;
+  const double per_value = static_cast<double>(blocks->block_bytes) / static_cast<double>(blocks->block_elems);
+  return kGemvMaxRows * static_cast<int32_t>(1.0 + 4.0 / per_value);
 }
 
 }  // namespace helios
