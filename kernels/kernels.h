@@ -340,15 +340,24 @@ int launch_matmul_quant(uint32_t weight_type, const float* x, const void* w, int
 // a type launch_matmul_quant does not read.
 int decode_quant_unit(uint32_t weight_type, const void* row, int32_t unit, bool vector_loads, float* out);
 // The same product with the activations in 8 bits, as the CPU backend computes it: each row of x
-// quantized as ref_quantize_activations does for the weight type (Q8_0, Q8_1 or Q8_K: the same
-// integers and scales), then integer dot products per 32 values scaled by the blocks' scales. The
-// integer sums equal the CPU twin's (ref_matmul_quantized); only the order of the float sums
-// differs. `workspace` (16-byte aligned, matmul_quant_q8_workspace_bytes) holds the quantized rows
-// afterwards: n_rows·n_in signed bytes, then per row and 32-value unit a float pair (d, s): the
-// scale and d·Σq (Q8_0's s is 0; Q8_1's d and s are its halves' values).
+// rounded as ref_quantize_activations rounds it for the weight type (the integers and scales of
+// Q8_1 for the 32-value types, whose Q8_0 they are too, and of Q8_K for the K-quants), then
+// integer dot products per 32 values scaled by the blocks' scales. The integer sums equal the CPU
+// twin's (ref_matmul_quantized); only the order of the float sums differs. A workspace (16-byte
+// aligned, matmul_quant_q8_workspace_bytes) holds the rounded rows: each row its n_in signed
+// bytes, then per 32-value unit a float pair (d, s), the scale and d·Σq (Q8_1: the halves'
+// values), rows 16-byte aligned, so the first rows of a workspace are one too.
+// launch_matmul_quant_q8 rounds x into the workspace and multiplies; launch_quantize_q8 and
+// launch_matmul_q8_rows are its halves, so matrices of types that round alike (q8_rounds_alike)
+// share one rounding of their input.
 size_t matmul_quant_q8_workspace_bytes(int32_t n_rows, int32_t n_in);
+bool q8_rounds_alike(uint32_t type_a, uint32_t type_b);
 int launch_matmul_quant_q8(uint32_t weight_type, const float* x, const void* w, int32_t n_rows, int32_t n_in,
                            int32_t n_out, float* y, void* workspace, size_t workspace_bytes, void* stream);
+int launch_quantize_q8(uint32_t weight_type, const float* x, int32_t n_rows, int32_t n_in, void* workspace,
+                       size_t workspace_bytes, void* stream);
+int launch_matmul_q8_rows(uint32_t weight_type, const void* workspace, const void* w, int32_t n_rows, int32_t n_in,
+                          int32_t n_out, float* y, void* stream);
 // The device's code for the above, run on the host (for tests on machines without a GPU):
 // quantize_activations_q8 fills a workspace as the launch does; quant_unit_q8_share is unit
 // `unit` of a weight row against the 32 activation bytes xq with their (d, s).

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <utility>
@@ -89,6 +90,20 @@ class Backend {
                        float eps, float* out) = 0;
   // y[r] = W x[r].  x: [n_rows, w.n_in]; y: [n_rows, w.n_out]
   virtual void matmul(const float* x, const WeightMatrix& w, int32_t n_rows, float* y) = 0;
+  // Several products of one input, each over its first n_rows rows: y = W x (Q, K and V; gate and
+  // up). A backend that prepares x for a product (the CUDA backend rounds it to 8 bits for
+  // quantized weights) does it once for them all. The default runs one matmul each, skipping
+  // outputs with no rows; no y may overlap x.
+  struct MatmulOutput {
+    const WeightMatrix* w;
+    int32_t n_rows;
+    float* y;
+  };
+  virtual void matmuls(const float* x, std::initializer_list<MatmulOutput> outputs) {
+    for (const MatmulOutput& o : outputs) {
+      if (o.n_rows > 0) matmul(x, *o.w, o.n_rows, o.y);
+    }
+  }
   // rope.freq_factors: backend memory [n_rot/2], or null (see kernels::RopeParams).
   virtual void rope(float* x, const int32_t* host_positions, int32_t n_tokens, int32_t n_heads,
                     int32_t head_dim, const kernels::RopeParams& rope) = 0;

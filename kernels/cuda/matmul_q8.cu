@@ -30,12 +30,13 @@ constexpr int kMaxRows = 8;    // activation rows one launch serves
 
 // --- The activations' rounding, per unit of 32 values.
 
-// The 8-bit format the weight type's products take (ref_quantize_activations).
-enum class Act { kQ8_0, kQ8_1, kQ8_K };
+// The 8-bit rounding the weight type's products take (ref_quantize_activations): Q8_1 for the
+// 32-value blocks (Q8_0's integers and scale are Q8_1's; Q8_0 only lacks s, which those types
+// do not read), Q8_K for the K-quants.
+enum class Act { kQ8_1, kQ8_K };
 constexpr Act act_of(uint32_t weight_type) {
-  return weight_type == kWeightQ4_1 || weight_type == kWeightQ5_1 ? Act::kQ8_1
-         : weight_type == kWeightQ4_K || weight_type == kWeightQ5_K || weight_type == kWeightQ6_K ? Act::kQ8_K
-                                                                                                   : Act::kQ8_0;
+  return weight_type == kWeightQ4_K || weight_type == kWeightQ5_K || weight_type == kWeightQ6_K ? Act::kQ8_K
+                                                                                                 : Act::kQ8_1;
 }
 // Units that share one scale: Q8_K's 256-value blocks, the others' 32.
 template <Act kAct>
@@ -70,9 +71,9 @@ HD int32_t round_even(float x) {
 HD float through_half(float x) { return __half2float(__float2half_rn(x)); }
 
 // A unit's bytes (4 per word) and (d, s) from its scale group's peak, with
-// ref_quantize_activations' operations: Q8_0/Q8_1 q = round(x·127/amax), d = amax/127 kept as a
-// half (Q8_1's s = d·Σq too, from d before rounding); Q8_K q = min(127, round(x·(−127/max))),
-// d = 1/(−127/max), a block of zeros when amax is 0.
+// ref_quantize_activations' operations: Q8_1 q = round(x·127/amax), d = amax/127 kept as a half,
+// s = d·Σq from d before rounding, as a half; Q8_K q = min(127, round(x·(−127/max))),
+// d = 1/(−127/max), s = d·Σq, a block of zeros when amax is 0.
 template <Act kAct>
 HD float2 quantize_unit(const float* x, const Peak& p, uint32_t (&q)[8]) {
   float mul, d;
@@ -95,25 +96,29 @@ HD float2 quantize_unit(const float* x, const Peak& p, uint32_t (&q)[8]) {
     q[i] = word;
   }
   if constexpr (kAct == Act::kQ8_K) return {d, d * static_cast<float>(sum)};
-  if constexpr (kAct == Act::kQ8_1) return {through_half(d), through_half(d * static_cast<float>(sum))};
-  return {through_half(d), 0.0f};
+  return {through_half(d), through_half(d * static_cast<float>(sum))};
 }
 
-// Where a workspace keeps the quantized rows: the bytes, then the (d, s) pairs.
+// Where a workspace keeps rounded row r: its n_in bytes, then a (d, s) pair per unit; each row
+// starts 16-byte aligned, so any first rows of a workspace are a workspace of their own.
 struct Q8Rows {
-  int8_t* q;
-  float2* ds;
+  uint8_t* base;
+  int32_t n_in;
+  int64_t stride;
+  HD int8_t* q(int64_t r) const { return reinterpret_cast<int8_t*>(base + r * stride); }
+  HD float2* ds(int64_t r) const { return reinterpret_cast<float2*>(base + r * stride + n_in); }
 };
-Q8Rows q8_rows(void* workspace, int32_t n_rows, int32_t n_in) {
-  auto* q = static_cast<int8_t*>(workspace);
-  return {q, reinterpret_cast<float2*>(q + static_cast<int64_t>(n_rows) * n_in)};
+HD int64_t q8_row_stride(int32_t n_in) {
+  return (static_cast<int64_t>(n_in) + n_in / kUnit * static_cast<int64_t>(sizeof(float2)) + 15) / 16 * 16;
+}
+Q8Rows q8_rows(const void* workspace, int32_t n_in) {
+  return {static_cast<uint8_t*>(const_cast<void*>(workspace)), n_in, q8_row_stride(n_in)};
 }
 
 // A thread per unit; a scale group's units are consecutive lanes of one warp (8 divides 32, and a
 // row holds whole groups), which share their peaks with xor shuffles.
 template <Act kAct, bool kVectorX>
-__global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t n_units, int8_t* __restrict__ q,
-                                   float2* __restrict__ ds) {
+__global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t n_units, Q8Rows rows) {
   constexpr int kGroup = kUnitsPerScale<kAct>;
   const int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const bool active = u < n_units;  // every lane shuffles, with or without a unit
@@ -138,23 +143,30 @@ __global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t n_units,
   if (!active) return;
   uint32_t words[8];
   const float2 scales = quantize_unit<kAct>(v, p, words);
-  auto* out = reinterpret_cast<uint4*>(q + u * kUnit);
+  const int32_t units_per_row = rows.n_in / kUnit;
+  const int64_t r = u / units_per_row, k = u % units_per_row;
+  auto* out = reinterpret_cast<uint4*>(rows.q(r) + k * kUnit);
   out[0] = make_uint4(words[0], words[1], words[2], words[3]);
   out[1] = make_uint4(words[4], words[5], words[6], words[7]);
-  ds[u] = scales;
+  rows.ds(r)[k] = scales;
 }
 
 // The host's run of the same code: each scale group's peaks combined in order.
 template <Act kAct>
-void quantize_on_host(const float* x, int64_t n_units, int8_t* q, float2* ds) {
+void quantize_on_host(const float* x, int32_t n_rows, const Q8Rows& rows) {
   constexpr int kGroup = kUnitsPerScale<kAct>;
-  for (int64_t g = 0; g < n_units; g += kGroup) {
-    Peak p;
-    for (int k = 0; k < kGroup; ++k) p = larger(p, unit_peak(x + (g + k) * kUnit, k * kUnit));
-    for (int k = 0; k < kGroup; ++k) {
-      uint32_t words[8];
-      ds[g + k] = quantize_unit<kAct>(x + (g + k) * kUnit, p, words);
-      for (int j = 0; j < kUnit; ++j) q[(g + k) * kUnit + j] = static_cast<int8_t>(words[j / 4] >> (8 * (j % 4)));
+  const int32_t units_per_row = rows.n_in / kUnit;
+  for (int32_t r = 0; r < n_rows; ++r) {
+    for (int32_t g = 0; g < units_per_row; g += kGroup) {
+      const float* xg = x + static_cast<int64_t>(r) * rows.n_in + g * kUnit;
+      Peak p;
+      for (int k = 0; k < kGroup; ++k) p = larger(p, unit_peak(xg + k * kUnit, k * kUnit));
+      for (int k = 0; k < kGroup; ++k) {
+        uint32_t words[8];
+        rows.ds(r)[g + k] = quantize_unit<kAct>(xg + k * kUnit, p, words);
+        int8_t* q = rows.q(r) + (g + k) * kUnit;
+        for (int j = 0; j < kUnit; ++j) q[j] = static_cast<int8_t>(words[j / 4] >> (8 * (j % 4)));
+      }
     }
   }
 }
@@ -169,14 +181,13 @@ template <int R>
 constexpr int kMinBlocksPerSm = R == 1 ? 0 : R <= 6 ? 3 : 2;  // 0: unspecified
 
 template <uint32_t kType, int R, bool kVector>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<R>) gemv_q8_kernel(const int8_t* __restrict__ xq,
-                                                           const float2* __restrict__ xds,
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<R>) gemv_q8_kernel(Q8Rows xq,
                                                            const uint8_t* __restrict__ w, int64_t row_bytes,
-                                                           int32_t n_in, int32_t n_out, float* __restrict__ y) {
+                                                           int32_t n_out, float* __restrict__ y) {
   const int lane = threadIdx.x % 32;
   const int32_t o = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
   if (o >= n_out) return;
-  const int32_t n_units = n_in / kUnit;
+  const int32_t n_units = xq.n_in / kUnit;
   const uint8_t* wr = w + static_cast<int64_t>(o) * row_bytes;
   float acc[R];
 #pragma unroll
@@ -185,10 +196,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<R>) gemv_q8_kernel(c
     const IntUnit wu = QuantInts<kType>::template unit<kVector>(wr, u);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const auto* xv = reinterpret_cast<const uint4*>(xq + static_cast<int64_t>(r) * n_in) + 2 * u;
+      const auto* xv = reinterpret_cast<const uint4*>(xq.q(r)) + 2 * u;
       const uint4 a = __ldg(xv), b = __ldg(xv + 1);
       const uint32_t x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-      const float2 ds = __ldg(xds + static_cast<int64_t>(r) * n_units + u);
+      const float2 ds = __ldg(xq.ds(r) + u);
       acc[r] += cuda::unit_share<kType>(wu, x, ds.x, ds.y);
     }
   }
@@ -200,34 +211,33 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<R>) gemv_q8_kernel(c
 }
 
 template <uint32_t kType>
-int quantize(const float* x, int32_t n_rows, int32_t n_in, const Q8Rows& rows, cudaStream_t s) {
-  constexpr Act kAct = act_of(kType);
-  const int64_t n_units = static_cast<int64_t>(n_rows) * (n_in / kUnit);
-  const auto blocks = static_cast<unsigned>((n_units + kThreads - 1) / kThreads);
-  if (reinterpret_cast<uintptr_t>(x) % 16 == 0) {
-    quantize_q8_kernel<kAct, true><<<blocks, kThreads, 0, s>>>(x, n_units, rows.q, rows.ds);
-  } else {
-    quantize_q8_kernel<kAct, false><<<blocks, kThreads, 0, s>>>(x, n_units, rows.q, rows.ds);
+struct Quantize {
+  static int run(const float* x, int32_t n_rows, Q8Rows rows, cudaStream_t s) {
+    constexpr Act kAct = act_of(kType);
+    const int64_t n_units = static_cast<int64_t>(n_rows) * (rows.n_in / kUnit);
+    const auto blocks = static_cast<unsigned>((n_units + kThreads - 1) / kThreads);
+    if (reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+      quantize_q8_kernel<kAct, true><<<blocks, kThreads, 0, s>>>(x, n_units, rows);
+    } else {
+      quantize_q8_kernel<kAct, false><<<blocks, kThreads, 0, s>>>(x, n_units, rows);
+    }
+    return cuda::launch_status();
   }
-  return cuda::launch_status();
-}
+};
 
+// One launch per kMaxRows rows (the last may have fewer): each weight byte read once per launch.
 template <uint32_t kType>
 struct GemvQ8 {
-  static int run(const float* x, const uint8_t* w, int64_t row_bytes, int32_t n_rows, int32_t n_in, int32_t n_out,
-                 float* y, Q8Rows rows, cudaStream_t s) {
-    if (const int e = quantize<kType>(x, n_rows, n_in, rows, s); e != 0) return e;
+  static int run(Q8Rows xq, const uint8_t* w, int64_t row_bytes, int32_t n_rows, int32_t n_out, float* y,
+                 cudaStream_t s) {
     const unsigned blocks = (n_out + kThreads / 32 - 1) / (kThreads / 32);
-    const int32_t n_units = n_in / kUnit;
-    // One launch per kMaxRows rows (the last may have fewer): each weight byte read once per launch.
     for (int32_t r = 0; r < n_rows; r += kMaxRows) {
-      const int8_t* xq = rows.q + static_cast<int64_t>(r) * n_in;
-      const float2* xds = rows.ds + static_cast<int64_t>(r) * n_units;
+      const Q8Rows rows{xq.base + r * xq.stride, xq.n_in, xq.stride};
       float* yr = y + static_cast<int64_t>(r) * n_out;
       cuda::with_row_count(std::min(kMaxRows, n_rows - r), [&](auto count) {
         cuda::with_loads<kType>(w, row_bytes, [&](auto vector) {
           gemv_q8_kernel<kType, decltype(count)::value, decltype(vector)::value>
-              <<<blocks, kThreads, 0, s>>>(xq, xds, w, row_bytes, n_in, n_out, yr);
+              <<<blocks, kThreads, 0, s>>>(rows, w, row_bytes, n_out, yr);
         });
       });
     }
@@ -237,8 +247,8 @@ struct GemvQ8 {
 
 template <uint32_t kType>
 struct QuantizeOnHost {
-  static int run(const float* x, int32_t n_rows, int32_t n_in, Q8Rows rows) {
-    quantize_on_host<act_of(kType)>(x, static_cast<int64_t>(n_rows) * (n_in / kUnit), rows.q, rows.ds);
+  static int run(const float* x, int32_t n_rows, Q8Rows rows) {
+    quantize_on_host<act_of(kType)>(x, n_rows, rows);
     return 0;
   }
 };
@@ -259,24 +269,56 @@ struct UnitShare {  // on the host: both load paths, so the test sees each
 
 size_t matmul_quant_q8_workspace_bytes(int32_t n_rows, int32_t n_in) {
   if (n_rows <= 0 || n_in <= 0) return 0;
-  return static_cast<size_t>(n_rows) * n_in + static_cast<size_t>(n_rows) * (n_in / kUnit) * sizeof(float2);
+  return static_cast<size_t>(n_rows) * static_cast<size_t>(q8_row_stride(n_in));
+}
+
+bool q8_rounds_alike(uint32_t type_a, uint32_t type_b) {
+  return cuda::block_shape(type_a).values != 0 && cuda::block_shape(type_b).values != 0 &&
+         act_of(type_a) == act_of(type_b);
+}
+
+namespace {
+// The checks every entry point makes: a type read in its blocks, whole blocks, a workspace that
+// holds the rows.
+bool q8_args_ok(uint32_t weight_type, int32_t n_rows, int32_t n_in, const void* workspace, size_t workspace_bytes) {
+  return cuda::row_bytes_of(weight_type, n_in) != 0 && workspace &&
+         reinterpret_cast<uintptr_t>(workspace) % 16 == 0 &&
+         workspace_bytes >= matmul_quant_q8_workspace_bytes(n_rows, n_in);
+}
+}  // namespace
+
+int launch_quantize_q8(uint32_t weight_type, const float* x, int32_t n_rows, int32_t n_in, void* workspace,
+                       size_t workspace_bytes, void* stream) {
+  if (n_rows <= 0) return 0;
+  if (!q8_args_ok(weight_type, n_rows, n_in, workspace, workspace_bytes)) return static_cast<int>(cudaErrorInvalidValue);
+  return cuda::dispatch<Quantize>(weight_type, x, n_rows, q8_rows(workspace, n_in), cuda::as_stream(stream));
+}
+
+int launch_matmul_q8_rows(uint32_t weight_type, const void* workspace, const void* w, int32_t n_rows, int32_t n_in,
+                          int32_t n_out, float* y, void* stream) {
+  if (n_rows <= 0 || n_out <= 0) return 0;
+  const int64_t row_bytes = cuda::row_bytes_of(weight_type, n_in);
+  if (row_bytes == 0 || !workspace || reinterpret_cast<uintptr_t>(workspace) % 16 != 0) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  return cuda::dispatch<GemvQ8>(weight_type, q8_rows(workspace, n_in), static_cast<const uint8_t*>(w), row_bytes,
+                                n_rows, n_out, y, cuda::as_stream(stream));
 }
 
 int launch_matmul_quant_q8(uint32_t weight_type, const float* x, const void* w, int32_t n_rows, int32_t n_in,
                            int32_t n_out, float* y, void* workspace, size_t workspace_bytes, void* stream) {
   if (n_rows <= 0 || n_out <= 0) return 0;
-  const int64_t row_bytes = cuda::row_bytes_of(weight_type, n_in);
-  if (row_bytes == 0 || !workspace || reinterpret_cast<uintptr_t>(workspace) % 16 != 0 ||
-      workspace_bytes < matmul_quant_q8_workspace_bytes(n_rows, n_in)) {
-    return static_cast<int>(cudaErrorInvalidValue);
+  if (const int e = launch_quantize_q8(weight_type, x, n_rows, n_in, workspace, workspace_bytes, stream); e != 0) {
+    return e;
   }
-  return cuda::dispatch<GemvQ8>(weight_type, x, static_cast<const uint8_t*>(w), row_bytes, n_rows, n_in, n_out, y,
-                                q8_rows(workspace, n_rows, n_in), cuda::as_stream(stream));
+  return launch_matmul_q8_rows(weight_type, workspace, w, n_rows, n_in, n_out, y, stream);
 }
 
 int quantize_activations_q8(uint32_t weight_type, const float* x, int32_t n_rows, int32_t n_in, void* workspace) {
-  if (cuda::row_bytes_of(weight_type, n_in) == 0 || n_rows < 0) return static_cast<int>(cudaErrorInvalidValue);
-  return cuda::dispatch<QuantizeOnHost>(weight_type, x, n_rows, n_in, q8_rows(workspace, n_rows, n_in));
+  if (cuda::row_bytes_of(weight_type, n_in) == 0 || n_rows < 0 || !workspace) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  return cuda::dispatch<QuantizeOnHost>(weight_type, x, n_rows, q8_rows(workspace, n_in));
 }
 
 int quant_unit_q8_share(uint32_t weight_type, const void* row, int32_t unit, bool vector_loads, const int8_t* xq,

@@ -416,9 +416,7 @@ void Model::run_block(Pass& p, int32_t l) {
   // Exited tokens join the K/V projection only: their K/V for this layer comes from h_exit.
   if (na > 0) be.rmsnorm(ws.x.data(), w.attn_norm.data(), na, c.n_embd, c.rms_eps, ws.xb.data());
   if (nf > 0) be.rmsnorm(ws.exited.data(), w.attn_norm.data(), nf, c.n_embd, c.rms_eps, xb_fill);
-  if (na > 0) be.matmul(ws.xb.data(), w.wq.view, na, ws.q.data());
-  be.matmul(ws.xb.data(), w.wk.view, nk, ws.k.data());
-  be.matmul(ws.xb.data(), w.wv.view, nk, ws.v.data());
+  be.matmuls(ws.xb.data(), {{&w.wq.view, na, ws.q.data()}, {&w.wk.view, nk, ws.k.data()}, {&w.wv.view, nk, ws.v.data()}});
   add_bias(be, w.bq, ws.q.data(), na, c.q_dim());  // qwen2; no-ops without biases
   add_bias(be, w.bk, ws.k.data(), nk, c.kv_dim());
   add_bias(be, w.bv, ws.v.data(), nk, c.kv_dim());
@@ -435,8 +433,7 @@ void Model::run_block(Pass& p, int32_t l) {
 
   // feed-forward: (residual, norm) → silu(gate) * up → down projection → residual
   be.add_rmsnorm(ws.x.data(), ws.proj.data(), w.ffn_norm.data(), na, c.n_embd, c.rms_eps, ws.xb.data());
-  be.matmul(ws.xb.data(), w.w_gate.view, na, ws.gate.data());
-  be.matmul(ws.xb.data(), w.w_up.view, na, ws.up.data());
+  be.matmuls(ws.xb.data(), {{&w.w_gate.view, na, ws.gate.data()}, {&w.w_up.view, na, ws.up.data()}});
   be.swiglu(ws.gate.data(), ws.up.data(), static_cast<int64_t>(na) * c.n_ff, ws.gate.data());
   be.matmul(ws.gate.data(), w.w_down.view, na, ws.proj.data());
   all_reduce(ws.proj.data(), static_cast<size_t>(na) * c.n_embd);  // row-parallel down

@@ -9,6 +9,9 @@
 // forward logits 1e-3 absolute on logits of magnitude ~10; greedy tokens identical.
 #include <cmath>
 #include <filesystem>
+#include <iterator>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -123,6 +126,56 @@ TEST(CudaBackend, QuantizedMatmulMatchesTheCpuBackendThenTheDequantizedReference
       for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], rel * bound[i] + 1e-7f) << "element " << i;
     }
   }
+}
+
+// matmuls: the outputs that round their input alike share one rounding (of the most rows any
+// reads), the others take their own path; every output has the bits of a matmul of its own,
+// whatever the order (a Q8_0 output between K-quant ones rounds into the same scratch).
+TEST(CudaBackend, MatmulsOfOneInputGiveTheBitsOfSeparateProducts) {
+  HELIOS_REQUIRE_GPU();
+  auto be = cuda_backend();
+  ASSERT_NE(be, nullptr);
+  const int32_t n_in = 512, n_out = 96, n_rows = 5;
+  struct Part {
+    TensorType type;
+    int32_t rows;
+  };
+  const Part parts[] = {{TensorType::kQ4_K, 3}, {TensorType::kQ8_0, 5}, {TensorType::kQ6_K, 5}, {TensorType::kF16, 2},
+                        {TensorType::kQ4_K, 0}};
+  const auto x = normal_floats(static_cast<size_t>(n_rows) * n_in, 61);
+  Buffer dx(be.get(), x.size());
+  be->upload(dx.data(), x.data(), x.size());
+  std::vector<std::unique_ptr<Buffer>> weights, together, alone;
+  std::vector<WeightMatrix> matrices;
+  for (size_t i = 0; i < std::size(parts); ++i) {
+    const auto w = normal_floats(static_cast<size_t>(n_out) * n_in, 62 + static_cast<uint32_t>(i), 0.05f);
+    std::vector<uint8_t> bytes(static_cast<size_t>(tensor_row_bytes(parts[i].type, n_in)) * n_out);
+    ASSERT_TRUE(quantize_row(parts[i].type, w.data(), bytes.data(), static_cast<int64_t>(w.size())).ok());
+    weights.push_back(std::make_unique<Buffer>(be.get(), (bytes.size() + 3) / 4));
+    be->upload(weights.back()->data(), reinterpret_cast<const float*>(bytes.data()), bytes.size() / 4);
+    matrices.push_back(WeightMatrix{weights.back()->data(), parts[i].type, n_out, n_in});
+    together.push_back(std::make_unique<Buffer>(be.get(), static_cast<size_t>(n_rows) * n_out));
+    alone.push_back(std::make_unique<Buffer>(be.get(), static_cast<size_t>(n_rows) * n_out));
+  }
+  be->matmuls(dx.data(), {{&matrices[0], parts[0].rows, together[0]->data()},
+                          {&matrices[1], parts[1].rows, together[1]->data()},
+                          {&matrices[2], parts[2].rows, together[2]->data()},
+                          {&matrices[3], parts[3].rows, together[3]->data()},
+                          {&matrices[4], parts[4].rows, together[4]->data()}});
+  for (size_t i = 0; i < std::size(parts); ++i) {
+    if (parts[i].rows > 0) be->matmul(dx.data(), matrices[i], parts[i].rows, alone[i]->data());
+  }
+  for (size_t i = 0; i < std::size(parts); ++i) {
+    SCOPED_TRACE(std::string(tensor_type_name(parts[i].type)) + ", " + std::to_string(parts[i].rows) + " rows");
+    const size_t n = static_cast<size_t>(parts[i].rows) * n_out;
+    std::vector<float> a(n), b(n);
+    if (n == 0) continue;
+    be->download(a.data(), together[i]->data(), n);
+    be->download(b.data(), alone[i]->data(), n);
+    EXPECT_EQ(a, b);
+  }
+  be->synchronize();
+  EXPECT_TRUE(be->error().ok()) << be->error().to_string();
 }
 
 // No GPU needed: the rows up to which each weight type takes a matrix-vector kernel, where ⌈n/8⌉

@@ -170,18 +170,23 @@ TEST(GpuParity, DequantizeToF16IsTheHostsValuesRounded) {
 
 // --- 8-bit activations.
 
-// The (d, s) pairs after the bytes of a quantize_activations_q8 workspace.
+// A workspace's rounded rows, read by its layout: each row n_in bytes, then a (d, s) float pair
+// per 32 values, rows 16-byte aligned.
 struct Q8Host {
   std::vector<int8_t> q;
   std::vector<float> d, s;
 };
 Q8Host q8_from_workspace(const std::vector<uint8_t>& ws, int32_t n_rows, int32_t n_in) {
-  const size_t n = static_cast<size_t>(n_rows) * n_in, units = n / 32;
-  Q8Host h{std::vector<int8_t>(n), std::vector<float>(units), std::vector<float>(units)};
-  std::memcpy(h.q.data(), ws.data(), n);
-  for (size_t u = 0; u < units; ++u) {
-    std::memcpy(&h.d[u], ws.data() + n + 8 * u, 4);
-    std::memcpy(&h.s[u], ws.data() + n + 8 * u + 4, 4);
+  const size_t stride = kernels::matmul_quant_q8_workspace_bytes(1, n_in), units = n_in / 32;
+  Q8Host h{std::vector<int8_t>(static_cast<size_t>(n_rows) * n_in), std::vector<float>(n_rows * units),
+           std::vector<float>(n_rows * units)};
+  for (int32_t r = 0; r < n_rows; ++r) {
+    const uint8_t* row = ws.data() + r * stride;
+    std::memcpy(h.q.data() + static_cast<size_t>(r) * n_in, row, n_in);
+    for (size_t u = 0; u < units; ++u) {
+      std::memcpy(&h.d[r * units + u], row + n_in + 8 * u, 4);
+      std::memcpy(&h.s[r * units + u], row + n_in + 8 * u + 4, 4);
+    }
   }
   return h;
 }
@@ -207,42 +212,59 @@ std::vector<float> activation_rows(int32_t n_rows, int32_t n_in, uint32_t seed) 
   return x;
 }
 
+// ref_quantize_activations_scalar's blocks for `type`'s rounding.
+std::vector<uint8_t> cpu_blocks(TensorType type, const std::vector<float>& x, int32_t n_rows, int32_t n_in) {
+  const auto t = static_cast<uint32_t>(type);
+  std::vector<uint8_t> blocks(static_cast<size_t>(n_rows * kernels::ref_activation_row_bytes(t, n_in)));
+  kernels::ref_quantize_activations_scalar(t, x.data(), n_rows, n_in, blocks.data());
+  return blocks;
+}
+
 // No GPU needed: the device's rounding of activations, run on the host, gives
-// ref_quantize_activations' integers and scales for each of the three formats.
+// ref_quantize_activations' integers and scales: Q8_1's for the 32-value types (Q8_0's integers
+// and scale are the same), Q8_K's for the K-quants.
 TEST(QuantDecoders, DeviceActivationRoundingIsTheHosts) {
   const int32_t n_rows = 3, n_in = 1024;
   const auto x = activation_rows(n_rows, n_in, 5);
   for (const TensorType type : {TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ4_K}) {
     SCOPED_TRACE(tensor_type_name(type));
-    const auto t = static_cast<uint32_t>(type);
     const Q8Host got = quantize_q8_on_host(type, x, n_rows, n_in);
-    std::vector<uint8_t> blocks(static_cast<size_t>(n_rows * kernels::ref_activation_row_bytes(t, n_in)));
-    kernels::ref_quantize_activations_scalar(t, x.data(), n_rows, n_in, blocks.data());
+    const bool k_quant = type == TensorType::kQ4_K;
+    const auto blocks = cpu_blocks(k_quant ? type : TensorType::kQ4_1, x, n_rows, n_in);
+    const auto blocks_q8_0 = cpu_blocks(TensorType::kQ4_0, x, n_rows, n_in);
     for (int32_t u = 0; u < n_rows * n_in / 32; ++u) {
       SCOPED_TRACE("unit " + std::to_string(u));
       const int8_t* want_q;
       float want_d, want_s;
-      if (type == TensorType::kQ4_K) {
+      if (k_quant) {
         const auto& b = reinterpret_cast<const kernels::BlockQ8_K*>(blocks.data())[u / 8];
         want_q = b.qs + 32 * (u % 8);
         want_d = b.d;
         want_s = b.d * static_cast<float>(b.bsums[2 * (u % 8)] + b.bsums[2 * (u % 8) + 1]);
-      } else if (type == TensorType::kQ4_1) {
+      } else {
         const auto& b = reinterpret_cast<const kernels::BlockQ8_1*>(blocks.data())[u];
         want_q = b.qs;
         want_d = kernels::fp16_to_fp32(b.d);
         want_s = kernels::fp16_to_fp32(b.s);
-      } else {
-        const auto& b = reinterpret_cast<const kernels::BlockQ8_0*>(blocks.data())[u];
-        want_q = b.qs;
-        want_d = kernels::fp16_to_fp32(b.d);
-        want_s = 0.0f;
+        const auto& b0 = reinterpret_cast<const kernels::BlockQ8_0*>(blocks_q8_0.data())[u];
+        ASSERT_EQ(std::memcmp(b0.qs, b.qs, 32), 0);  // what lets one rounding serve both
+        ASSERT_EQ(b0.d, b.d);
       }
       ASSERT_EQ(std::memcmp(got.q.data() + 32 * u, want_q, 32), 0);
       ASSERT_EQ(got.d[u], want_d);
       ASSERT_EQ(got.s[u], want_s);
     }
+    // The first rows of a workspace are the workspace of those rows alone.
+    std::vector<uint8_t> all(kernels::matmul_quant_q8_workspace_bytes(n_rows, n_in));
+    std::vector<uint8_t> first(kernels::matmul_quant_q8_workspace_bytes(n_rows - 1, n_in));
+    ASSERT_EQ(kernels::quantize_activations_q8(static_cast<uint32_t>(type), x.data(), n_rows, n_in, all.data()), 0);
+    ASSERT_EQ(kernels::quantize_activations_q8(static_cast<uint32_t>(type), x.data(), n_rows - 1, n_in, first.data()), 0);
+    ASSERT_EQ(std::memcmp(all.data(), first.data(), first.size()), 0);
   }
+  EXPECT_TRUE(kernels::q8_rounds_alike(static_cast<uint32_t>(TensorType::kQ4_0), static_cast<uint32_t>(TensorType::kQ5_1)));
+  EXPECT_TRUE(kernels::q8_rounds_alike(static_cast<uint32_t>(TensorType::kQ4_K), static_cast<uint32_t>(TensorType::kQ6_K)));
+  EXPECT_FALSE(kernels::q8_rounds_alike(static_cast<uint32_t>(TensorType::kQ8_0), static_cast<uint32_t>(TensorType::kQ4_K)));
+  EXPECT_FALSE(kernels::q8_rounds_alike(static_cast<uint32_t>(TensorType::kF16), static_cast<uint32_t>(TensorType::kF16)));
 }
 
 // The CPU backend's product: the activations rounded by ref_quantize_activations.
@@ -335,6 +357,27 @@ TEST(GpuParity, MatmulQuantizedQ8MatchesTheCpuBackend) {
       }
     }
   }
+  // One rounding for types that round alike, and fewer rows than were rounded: the bits of a
+  // rounding of their own.
+  const int32_t n_in = 1024, n_out = 70;
+  const auto x = activation_rows(5, n_in, 17);
+  for (const auto& [first, second] : {std::pair{TensorType::kQ4_K, TensorType::kQ6_K},
+                                      std::pair{TensorType::kQ4_0, TensorType::kQ5_1}}) {
+    SCOPED_TRACE(std::string(tensor_type_name(first)) + " then " + tensor_type_name(second));
+    ASSERT_TRUE(kernels::q8_rounds_alike(static_cast<uint32_t>(first), static_cast<uint32_t>(second)));
+    const QuantWeights w = quantized(second, n_out, n_in, 23);
+    const size_t ws_bytes = kernels::matmul_quant_q8_workspace_bytes(5, n_in);
+    DeviceArray<float> d_x(x), d_alone(3 * n_out), d_shared(3 * n_out);
+    DeviceArray<uint8_t> d_w(w.bytes), d_ws(ws_bytes), d_ws_alone(ws_bytes);
+    ASSERT_EQ(kernels::launch_matmul_quant_q8(static_cast<uint32_t>(second), d_x.get(), d_w.get(), 3, n_in, n_out,
+                                              d_alone.get(), d_ws_alone.get(), ws_bytes, nullptr), 0);
+    ASSERT_EQ(kernels::launch_quantize_q8(static_cast<uint32_t>(first), d_x.get(), 5, n_in, d_ws.get(), ws_bytes,
+                                          nullptr), 0);
+    ASSERT_EQ(kernels::launch_matmul_q8_rows(static_cast<uint32_t>(second), d_ws.get(), d_w.get(), 3, n_in, n_out,
+                                             d_shared.get(), nullptr), 0);
+    EXPECT_EQ(d_shared.to_host(), d_alone.to_host());
+  }
+
   // A workspace too small, or none: an error, not a write past its end.
   const size_t small_bytes = kernels::matmul_quant_q8_workspace_bytes(1, 256) - 1;
   DeviceArray<uint8_t> small(small_bytes);

@@ -208,6 +208,7 @@ class CudaBackend final : public Backend {
   void rmsnorm(const float* x, const float* w, int32_t n_rows, int32_t dim, float eps,
                float* out) override;
   void matmul(const float* x, const WeightMatrix& w, int32_t n_rows, float* y) override;
+  void matmuls(const float* x, std::initializer_list<MatmulOutput> outputs) override;
   void rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads, int32_t head_dim,
             const kernels::RopeParams& rope) override;
   void kv_write(const float* k, const float* v, const int32_t* slots, int32_t n_tokens,
@@ -278,6 +279,10 @@ class CudaBackend final : public Backend {
   // Called at the start of an op, never between two stage() calls whose pointers one launch uses.
   void trim_staged();
   void* scratch(Scratch which, size_t bytes);
+  // The 8-bit matrix-vector path: x's first n_rows rows rounded for w's type into scratch (null on
+  // error), and a product over rows rounded so.
+  void* round_q8(const float* x, const WeightMatrix& w, int32_t n_rows);
+  void gemv_q8(const void* q8, const WeightMatrix& w, int32_t n_rows, float* y);
   cudaError_t grow_scratch(Scratch which, size_t bytes);  // at least `bytes` in scratch_[which]
 
   int device_;
@@ -686,15 +691,7 @@ void CudaBackend::matmul(const float* x, const WeightMatrix& w, int32_t n_rows, 
     return;
   }
   if (quantized && n_rows <= gemv_max_rows(w)) {
-    const size_t q8_bytes = kernels::matmul_quant_q8_workspace_bytes(n_rows, w.n_in);
-    void* q8 = scratch(kScratchQ8X, q8_bytes);
-    if (!q8) return;
-    launch("gemv_q8", [](CudaBackend& b, const float* x, const WeightMatrix& w, int32_t n_rows, float* y, void* q8,
-                         size_t q8_bytes) {
-      b.ok_launch(kernels::launch_matmul_quant_q8(static_cast<uint32_t>(w.type), x, w.data, n_rows, w.n_in, w.n_out, y,
-                                                  q8, q8_bytes, b.stream_),
-                  "launch_matmul_quant_q8");
-    }, x, w, n_rows, y, q8, q8_bytes);
+    if (const void* q8 = round_q8(x, w, n_rows)) gemv_q8(q8, w, n_rows, y);
     return;
   }
   if (n_rows <= kGemvMaxRows) {
@@ -764,6 +761,58 @@ void CudaBackend::matmul(const float* x, const WeightMatrix& w, int32_t n_rows, 
       }
     }
   }, x, w, n_rows, y, xh, wh);
+}
+
+void* CudaBackend::round_q8(const float* x, const WeightMatrix& w, int32_t n_rows) {
+  const size_t bytes = kernels::matmul_quant_q8_workspace_bytes(n_rows, w.n_in);
+  void* q8 = scratch(kScratchQ8X, bytes);
+  if (!q8) return nullptr;
+  launch("quantize_q8", [](CudaBackend& b, const float* x, TensorType type, int32_t n_rows, int32_t n_in, void* q8,
+                           size_t bytes) {
+    b.ok_launch(kernels::launch_quantize_q8(static_cast<uint32_t>(type), x, n_rows, n_in, q8, bytes, b.stream_),
+                "launch_quantize_q8");
+  }, x, w.type, n_rows, w.n_in, q8, bytes);
+  return q8;
+}
+
+void CudaBackend::gemv_q8(const void* q8, const WeightMatrix& w, int32_t n_rows, float* y) {
+  launch("gemv_q8", [](CudaBackend& b, const void* q8, const WeightMatrix& w, int32_t n_rows, float* y) {
+    b.ok_launch(kernels::launch_matmul_q8_rows(static_cast<uint32_t>(w.type), q8, w.data, n_rows, w.n_in, w.n_out, y,
+                                               b.stream_),
+                "launch_matmul_q8_rows");
+  }, q8, w, n_rows, y);
+}
+
+// The outputs the 8-bit kernel takes that round x as the first of them does share one rounding,
+// of the most rows any of them reads; their products run first, since any other quantized
+// product rounds its own input into the same scratch.
+void CudaBackend::matmuls(const float* x, std::initializer_list<MatmulOutput> outputs) {
+  bind();
+  const MatmulOutput* lead = nullptr;
+  auto shares = [&](const MatmulOutput& o) {
+    const WeightMatrix& w = *o.w;
+    if (o.n_rows <= 0 || !quantized_type(w.type) || o.n_rows > gemv_max_rows(w)) return false;
+    return !lead || (w.n_in == lead->w->n_in &&
+                     kernels::q8_rounds_alike(static_cast<uint32_t>(lead->w->type), static_cast<uint32_t>(w.type)));
+  };
+  int32_t rows = 0, n_shared = 0;
+  for (const MatmulOutput& o : outputs) {
+    if (!shares(o)) continue;
+    if (!lead) lead = &o;
+    rows = std::max(rows, o.n_rows);
+    ++n_shared;
+  }
+  if (n_shared < 2) {
+    Backend::matmuls(x, outputs);
+    return;
+  }
+  const void* q8 = round_q8(x, *lead->w, rows);
+  for (const MatmulOutput& o : outputs) {
+    if (shares(o) && q8) gemv_q8(q8, *o.w, o.n_rows, o.y);
+  }
+  for (const MatmulOutput& o : outputs) {
+    if (!shares(o) && o.n_rows > 0) matmul(x, *o.w, o.n_rows, o.y);
+  }
 }
 
 void CudaBackend::rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads, int32_t head_dim,
