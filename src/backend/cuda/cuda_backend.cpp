@@ -9,7 +9,8 @@
 // bytes: for up to cuda_gemv_max_rows rows (32 to 64 by type: decode batches) the activations are
 // rounded to 8 bits as the CPU backend rounds them and a matrix-vector kernel takes integer dot
 // products with the weights unpacked in registers (the CPU's integer sums), 8 rows a launch; above
-// that a slice of kDequantRows rows at a time is dequantized to f16 for cublasGemmEx. Other types arrive as F32 (the loader dequantizes them).
+// that a slice of kDequantRows rows at a time is dequantized to f16 for cublasGemmEx. Other types
+// arrive as F32 (the loader dequantizes them).
 //
 // Swap copies go through pinned host memory (alloc_host) on a copy stream of their own, so they
 // overlap the forward pass on the compute stream: copy_fence makes them wait for the compute work
@@ -596,9 +597,9 @@ cudaError_t CudaBackend::grow_scratch(Scratch which, size_t bytes) {
 }
 
 // What matmul (quantized weights: up to gemv_max_rows activation rows in 8 bits; cuBLAS for more
-// rows: the activations in 16 bits, a quantized matrix's rows dequantized a slice at a time), attention's context splits, exit_stats and
-// sample_rows (its sort, and its rows with up to kReservedAdjustPerRow adjustments each) take for
-// a pass.
+// rows: the activations in 16 bits, a quantized matrix's rows dequantized a slice at a time),
+// attention's context splits, exit_stats and sample_rows (its sort, and its rows with up to
+// kReservedAdjustPerRow adjustments each) take for a pass.
 Status CudaBackend::reserve_scratch(const PassShape& pass) {
   bind();
   const int32_t n_tokens = pass.n_tokens;
