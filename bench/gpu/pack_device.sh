@@ -15,6 +15,7 @@
 #   glibc/    this machine's dynamic loader and C library, used when the other image's glibc is
 #             older than the one the binaries were linked against
 #   MANIFEST  the commit, the architecture and where each library came from
+#   SOURCES   the sha256 of each source file the programs were built from
 # The CUDA libraries themselves (cudart, cuBLAS, NCCL) are left out: the GPU machine's toolkit has
 # them, and they are far larger than what may travel. bench/gpu/run_device.sh finds the bundle in
 # .device/ (git ignores it; name it in the device call's carry), checks that it runs there, and
@@ -54,6 +55,11 @@ mkdir -p "$STAGE/bin" "$STAGE/lib" "$STAGE/glibc"
 } > "$STAGE/MANIFEST"
 
 for tool in "${TOOLS[@]}"; do strip -o "$STAGE/bin/$(basename "$tool")" "$BUILD/$tool"; done
+
+# The sources the programs were built from, as `sha256sum -c` checks them: run_device.sh says so
+# loudly when the tree it runs in differs (a bundle packed before the last change to the code).
+git ls-files -z -- CMakeLists.txt cmake kernels src include proto bench tests/gpu tests/CMakeLists.txt |
+  xargs -0 sha256sum > "$STAGE/SOURCES"
 
 # Every library the tools load, by soname, sorted into what travels and what the GPU machine has.
 ldd "${TOOLS[@]/#/$BUILD/}" | awk '/=>/ && $3 ~ /^\// {print $1, $3}' | sort -u | while read -r soname path; do

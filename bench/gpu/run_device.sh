@@ -20,6 +20,7 @@
 # RESULTS_DIR/
 #   run_device.log              what ran, for how long, and every skip with its reason
 #   bundle.log | configure.log, build.log   the bundle's manifest and first run, or cmake output
+#   bundle_sources.log          the source files that differ from the bundle's, if any
 #   gpu_tests.log, gpu_tests.xml   the GPU tests (JUnit)
 #   sanitizer.log               the failed GPU tests again under compute-sanitizer memcheck
 #   decode_7b_f16.{log,json}    a Llama-2-7B-shaped F16 model: (a) batch-1 decode tok/s and its
@@ -40,6 +41,7 @@ RESULTS=$(cd "$RESULTS" && pwd)
 [ -n "$ARCHIVE" ] && ARCHIVE=$(cd "$(dirname "$ARCHIVE")" && pwd)/$(basename "$ARCHIVE")
 BUILD=build-device
 MODELS=models
+STALE=""  # why the bundle's programs are not this tree's, when they are not
 START=$(date +%s)
 DEADLINE=$((START + ${HELIOS_DEVICE_BUDGET_S:-540}))
 log() { echo "[run_device +$(( $(date +%s) - START ))s] $*" | tee -a "$RESULTS/run_device.log"; }
@@ -122,6 +124,14 @@ use_bundle() {
   rm -rf "$BUNDLE_DIR" && mkdir -p "$BUNDLE_DIR"
   tar -C "$BUNDLE_DIR" -xJf "$BUNDLE" || { log "$BUNDLE does not unpack: building here"; return 1; }
   cat "$BUNDLE_DIR/MANIFEST" > "$RESULTS/bundle.log"
+  # A bundle packed from other sources still runs, but its figures are not this tree's: say so in
+  # the log and at the top of the summary.
+  if [ ! -f "$BUNDLE_DIR/SOURCES" ]; then
+    STALE="the bundle records no sources (packed by an older pack_device.sh)"
+  elif ! (sha256sum -c --quiet "$BUNDLE_DIR/SOURCES" > "$RESULTS/bundle_sources.log" 2>&1); then
+    STALE="the bundle was built from other sources than this tree ($(grep -c 'FAILED' "$RESULTS/bundle_sources.log") files differ: bundle_sources.log); repack with bench/gpu/pack_device.sh"
+  fi
+  [ -n "$STALE" ] && log "WARNING: $STALE"
   local arch
   arch=$(awk '$1 == "arch" {print $2}' "$BUNDLE_DIR/MANIFEST")
   [ "$arch" = "$ARCH" ] || { log "the bundle is built for sm_$arch, this GPU is sm_$ARCH: building here"; return 1; }
@@ -170,6 +180,7 @@ summarize() {
     echo "# CUDA backend on ${GPU_NAME:-an unnamed GPU} (roofline at $BANDWIDTH GB/s)"
     echo
     [ -f "$RESULTS/bundle.log" ] && echo "Programs: the bundle, $(head -n1 "$RESULTS/bundle.log")."
+    [ -n "$STALE" ] && echo "**Not this tree's figures: $STALE.**"
     [ -f "$RESULTS/build.log" ] && echo "Programs: built on this machine at $(git rev-parse HEAD 2>/dev/null)."
     echo
     echo "## GPU tests"; echo; echo '```'
