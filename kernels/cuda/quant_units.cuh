@@ -146,40 +146,6 @@ struct Quant<kWeightQ8_0> {
   }
 };
 
-template <>
-struct Quant<kWeightQ4_0> {
-  using Block = BlockQ4_0;
-  template <bool kVector>
-  HD static void unit(const uint8_t* __restrict__ row, int32_t u, float* v) {
-    const Block& b = reinterpret_cast<const Block*>(row)[u];
-    const float d = half_at(b.d);
-    uint8_t qs[kUnit / 2];
-    load_words(b.qs, qs);
-#pragma unroll
-    for (int j = 0; j < kUnit / 2; ++j) {
-      v[j] = d * ((qs[j] & 0xF) - 8);
-      v[j + kUnit / 2] = d * ((qs[j] >> 4) - 8);
-    }
-  }
-};
-
-template <>
-struct Quant<kWeightQ4_1> {
-  using Block = BlockQ4_1;
-  template <bool kVector>
-  HD static void unit(const uint8_t* __restrict__ row, int32_t u, float* v) {
-    const Block& b = reinterpret_cast<const Block*>(row)[u];
-    const float d = half_at(b.d), m = half_at(b.m);
-    uint8_t qs[kUnit / 2];
-    load_words(b.qs, qs);
-#pragma unroll
-    for (int j = 0; j < kUnit / 2; ++j) {
-      v[j] = d * (qs[j] & 0xF) + m;
-      v[j + kUnit / 2] = d * (qs[j] >> 4) + m;
-    }
-  }
-};
-
 HD uint32_t high_bits(const uint8_t* qh) {
   uint8_t b[4];
   load_pairs(qh, b);
@@ -187,41 +153,46 @@ HD uint32_t high_bits(const uint8_t* qh) {
          static_cast<uint32_t>(b[3]) << 24;
 }
 
-template <>
-struct Quant<kWeightQ5_0> {
-  using Block = BlockQ5_0;
+// Q4_0, Q4_1 (kOffset 0: x = d·q + m), Q5_0 and Q5_1 (kFive; otherwise x = d·(q − kOffset)): value
+// j < 16 in the low nibble of byte j, j + 16 in its high nibble, the fifth bit of value j bit j of
+// qh.
+template <typename Block, bool kFive, int kOffset>
+struct Quant32 {
   template <bool kVector>
   HD static void unit(const uint8_t* __restrict__ row, int32_t u, float* v) {
     const Block& b = reinterpret_cast<const Block*>(row)[u];
     const float d = half_at(b.d);
-    const uint32_t qh = high_bits(b.qh);
+    float m = 0.0f;
+    if constexpr (kOffset == 0) m = half_at(b.m);
+    uint32_t qh = 0;
+    if constexpr (kFive) qh = high_bits(b.qh);
     uint8_t qs[kUnit / 2];
     load_words(b.qs, qs);
 #pragma unroll
     for (int j = 0; j < kUnit / 2; ++j) {
-      v[j] = d * (static_cast<int>((qs[j] & 0xF) | ((qh >> j) & 1) << 4) - 16);
-      v[j + kUnit / 2] = d * (static_cast<int>((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - 16);
+      int lo = qs[j] & 0xF, hi = qs[j] >> 4;
+      if constexpr (kFive) {
+        lo |= static_cast<int>((qh >> j) & 1) << 4;
+        hi |= static_cast<int>((qh >> (j + 16)) & 1) << 4;
+      }
+      if constexpr (kOffset == 0) {
+        v[j] = d * lo + m;
+        v[j + kUnit / 2] = d * hi + m;
+      } else {
+        v[j] = d * (lo - kOffset);
+        v[j + kUnit / 2] = d * (hi - kOffset);
+      }
     }
   }
 };
-
 template <>
-struct Quant<kWeightQ5_1> {
-  using Block = BlockQ5_1;
-  template <bool kVector>
-  HD static void unit(const uint8_t* __restrict__ row, int32_t u, float* v) {
-    const Block& b = reinterpret_cast<const Block*>(row)[u];
-    const float d = half_at(b.d), m = half_at(b.m);
-    const uint32_t qh = high_bits(b.qh);
-    uint8_t qs[kUnit / 2];
-    load_words(b.qs, qs);
-#pragma unroll
-    for (int j = 0; j < kUnit / 2; ++j) {
-      v[j] = d * static_cast<int>((qs[j] & 0xF) | ((qh >> j) & 1) << 4) + m;
-      v[j + kUnit / 2] = d * static_cast<int>((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) + m;
-    }
-  }
-};
+struct Quant<kWeightQ4_0> : Quant32<BlockQ4_0, false, 8> {};
+template <>
+struct Quant<kWeightQ4_1> : Quant32<BlockQ4_1, false, 0> {};
+template <>
+struct Quant<kWeightQ5_0> : Quant32<BlockQ5_0, true, 16> {};
+template <>
+struct Quant<kWeightQ5_1> : Quant32<BlockQ5_1, true, 0> {};
 
 // Q4_K and Q5_K: unit j of a super-block is sub-block j (x = d·sc·q − dmin·m). Their quants
 // (and Q5_K's high bits) sit at 16-byte offsets of the block, so aligned rows allow kVector.
