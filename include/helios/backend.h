@@ -90,18 +90,22 @@ class Backend {
                        float eps, float* out) = 0;
   // y[r] = W x[r].  x: [n_rows, w.n_in]; y: [n_rows, w.n_out]
   virtual void matmul(const float* x, const WeightMatrix& w, int32_t n_rows, float* y) = 0;
-  // Several products of one input, each over its first n_rows rows: y = W x (Q, K and V; gate and
-  // up). A backend that prepares x for a product (the CUDA backend rounds it to 8 bits for
-  // quantized weights) does it once for them all. The default runs one matmul each, skipping
-  // outputs with no rows; no y may overlap x.
+  // Several products of one input, each over its first n_rows rows: y = W x, plus bias on every
+  // row where there is one (Q, K and V, biased in Qwen2; gate and up). A backend that prepares x
+  // for a product (the CUDA backend rounds it to 8 bits for quantized weights) does it once for
+  // them all. The default runs one matmul and one add_rows each, skipping outputs with no rows;
+  // no y may overlap x.
   struct MatmulOutput {
     const WeightMatrix* w;
     int32_t n_rows;
     float* y;
+    const float* bias = nullptr;  // [w->n_out], backend memory
   };
   virtual void matmuls(const float* x, std::initializer_list<MatmulOutput> outputs) {
     for (const MatmulOutput& o : outputs) {
-      if (o.n_rows > 0) matmul(x, *o.w, o.n_rows, o.y);
+      if (o.n_rows <= 0) continue;
+      matmul(x, *o.w, o.n_rows, o.y);
+      if (o.bias) add_rows(o.y, o.bias, o.n_rows, o.w->n_out);
     }
   }
   // rope.freq_factors: backend memory [n_rot/2], or null (see kernels::RopeParams).
@@ -114,6 +118,11 @@ class Backend {
                                float scale, float* out) = 0;
   virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
   virtual void add(float* x, const float* y, int64_t n) = 0;
+  // rows[r] += v for each of n_rows rows of dim, as kernels::ref_add_rows. The default: one add
+  // per row, which a backend paying per launch overrides.
+  virtual void add_rows(float* rows, const float* v, int32_t n_rows, int32_t dim) {
+    for (int32_t r = 0; r < n_rows; ++r) add(rows + static_cast<int64_t>(r) * dim, v, dim);
+  }
 
   // --- optional: each has a default built from the ops above or from the reference twin run on
   // downloaded data, so a backend overrides only what it does faster.

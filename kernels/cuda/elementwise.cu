@@ -1,4 +1,4 @@
-// Embedding gather, SwiGLU, residual add: one thread per value, grid-stride loops.
+// Embedding gather, SwiGLU, residual add, bias add: one thread per value, grid-stride loops.
 #include "kernels/cuda/common.cuh"
 #include "kernels/kernels.h"
 
@@ -33,6 +33,14 @@ __global__ void add_kernel(float* x, const float* y, int64_t n) {
   }
 }
 
+// The bias v on every row: one launch for the whole batch, not one per token.
+__global__ void add_rows_kernel(float* rows, const float* v, int64_t n, int32_t dim) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    rows[i] += v[i % dim];
+  }
+}
+
 }  // namespace
 
 int launch_embedding(const int32_t* tokens, int32_t n_tokens, const float* table, int32_t dim,
@@ -51,6 +59,13 @@ int launch_swiglu(const float* gate, const float* up, int64_t n, float* out, voi
 int launch_add(float* x, const float* y, int64_t n, void* stream) {
   if (n <= 0) return 0;
   add_kernel<<<blocks_for(n), kThreads, 0, cuda::as_stream(stream)>>>(x, y, n);
+  return cuda::launch_status();
+}
+
+int launch_add_rows(float* rows, const float* v, int32_t n_rows, int32_t dim, void* stream) {
+  if (n_rows <= 0 || dim <= 0) return 0;
+  const int64_t n = static_cast<int64_t>(n_rows) * dim;
+  add_rows_kernel<<<blocks_for(n), kThreads, 0, cuda::as_stream(stream)>>>(rows, v, n, dim);
   return cuda::launch_status();
 }
 

@@ -24,4 +24,8 @@ void ref_add(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
+void ref_add_rows(float* rows, const float* v, int32_t n_rows, int32_t dim) {
+  for (int32_t r = 0; r < n_rows; ++r) ref_add(rows + static_cast<int64_t>(r) * dim, v, dim);
+}
+
 }  // namespace helios::kernels

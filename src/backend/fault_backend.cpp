@@ -103,6 +103,9 @@ class FaultBackend final : public Backend {
   }
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override { inner_->swiglu(gate, up, n, out); }
   void add(float* x, const float* y, int64_t n) override { inner_->add(x, y, n); }
+  void add_rows(float* rows, const float* v, int32_t n_rows, int32_t dim) override {
+    inner_->add_rows(rows, v, n_rows, dim);
+  }
   size_t free_device_bytes() const override { return inner_->free_device_bytes(); }
   Status reserve_scratch(const PassShape& pass) override { return inner_->reserve_scratch(pass); }
   bool supports_embedding_type(TensorType t) const override { return inner_->supports_embedding_type(t); }

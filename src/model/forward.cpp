@@ -138,7 +138,7 @@ void Model::apply_exit_head(float* rows, int32_t n, const WeightMatrix* adapter,
   float* in = rows;
   if (adapter) {
     be.matmul(rows, *adapter, n, scratch);
-    for (int32_t r = 0; r < n; ++r) be.add(scratch + static_cast<int64_t>(r) * c.n_embd, bias, c.n_embd);
+    be.add_rows(scratch, bias, n, c.n_embd);
     in = scratch;
   }
   // a += down(silu(gate(n)) * up(n)), n = a / rms(a); ExitMlp::kRows rows at a time, in its own buffer.
@@ -393,12 +393,6 @@ void Model::save_states_before_block(Pass& p) {
   backend_.embedding(all.data(), na, ws_->x.data(), config_.n_embd, ws_->prev.data());
 }
 
-// rows[r] += bias for each of n_rows rows of `dim`; nothing when the layer has no such bias.
-static void add_bias(Backend& be, const Buffer& bias, float* rows, int32_t n_rows, int32_t dim) {
-  if (bias.empty()) return;
-  for (int32_t r = 0; r < n_rows; ++r) be.add(rows + static_cast<int64_t>(r) * dim, bias.data(), dim);
-}
-
 void Model::run_block(Pass& p, int32_t l) {
   const ModelConfig& c = config_;
   Backend& be = backend_;
@@ -416,10 +410,9 @@ void Model::run_block(Pass& p, int32_t l) {
   // Exited tokens join the K/V projection only: their K/V for this layer comes from h_exit.
   if (na > 0) be.rmsnorm(ws.x.data(), w.attn_norm.data(), na, c.n_embd, c.rms_eps, ws.xb.data());
   if (nf > 0) be.rmsnorm(ws.exited.data(), w.attn_norm.data(), nf, c.n_embd, c.rms_eps, xb_fill);
-  be.matmuls(ws.xb.data(), {{&w.wq.view, na, ws.q.data()}, {&w.wk.view, nk, ws.k.data()}, {&w.wv.view, nk, ws.v.data()}});
-  add_bias(be, w.bq, ws.q.data(), na, c.q_dim());  // qwen2; no-ops without biases
-  add_bias(be, w.bk, ws.k.data(), nk, c.kv_dim());
-  add_bias(be, w.bv, ws.v.data(), nk, c.kv_dim());
+  be.matmuls(ws.xb.data(), {{&w.wq.view, na, ws.q.data(), w.bq.data()},  // biases: qwen2's, else null
+                            {&w.wk.view, nk, ws.k.data(), w.bk.data()},
+                            {&w.wv.view, nk, ws.v.data(), w.bv.data()}});
   const kernels::RopeParams rope = rope_params(c, weights_.rope_freqs.empty() ? nullptr : weights_.rope_freqs.data());
   if (na > 0) be.rope(ws.q.data(), p.a_pos.data(), na, c.n_head, c.head_dim, rope);
   be.rope(ws.k.data(), p.kv_pos.data(), nk, c.n_head_kv, c.head_dim, rope);

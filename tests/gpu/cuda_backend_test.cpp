@@ -131,7 +131,7 @@ TEST(CudaBackend, QuantizedMatmulMatchesTheCpuBackendThenTheDequantizedReference
 // matmuls: the outputs that round their input alike share one rounding (of the most rows any
 // reads), the others take their own path; every output has the bits of a matmul of its own,
 // whatever the order (a Q8_0 output between K-quant ones rounds into the same scratch).
-TEST(CudaBackend, MatmulsOfOneInputGiveTheBitsOfSeparateProducts) {
+TEST(CudaBackend, MatmulsOfOneInputGiveTheBitsOfSeparateProductsAndBiases) {
   HELIOS_REQUIRE_GPU();
   auto be = cuda_backend();
   ASSERT_NE(be, nullptr);
@@ -139,12 +139,17 @@ TEST(CudaBackend, MatmulsOfOneInputGiveTheBitsOfSeparateProducts) {
   struct Part {
     TensorType type;
     int32_t rows;
+    bool biased;  // a bias on every row: added as the 8-bit kernel writes, or by add_rows after cuBLAS
   };
-  const Part parts[] = {{TensorType::kQ4_K, 3}, {TensorType::kQ8_0, 5}, {TensorType::kQ6_K, 5}, {TensorType::kF16, 2},
-                        {TensorType::kQ4_K, 0}};
+  const Part parts[] = {{TensorType::kQ4_K, 3, true}, {TensorType::kQ8_0, 5, false}, {TensorType::kQ6_K, 5, true},
+                        {TensorType::kF16, 2, true}, {TensorType::kQ4_K, 0, true}};
   const auto x = normal_floats(static_cast<size_t>(n_rows) * n_in, 61);
   Buffer dx(be.get(), x.size());
   be->upload(dx.data(), x.data(), x.size());
+  const auto bias = normal_floats(n_out, 60);
+  Buffer d_bias(be.get(), bias.size());
+  be->upload(d_bias.data(), bias.data(), bias.size());
+  auto bias_of = [&](size_t i) { return parts[i].biased ? d_bias.data() : nullptr; };
   std::vector<std::unique_ptr<Buffer>> weights, together, alone;
   std::vector<WeightMatrix> matrices;
   for (size_t i = 0; i < std::size(parts); ++i) {
@@ -157,13 +162,15 @@ TEST(CudaBackend, MatmulsOfOneInputGiveTheBitsOfSeparateProducts) {
     together.push_back(std::make_unique<Buffer>(be.get(), static_cast<size_t>(n_rows) * n_out));
     alone.push_back(std::make_unique<Buffer>(be.get(), static_cast<size_t>(n_rows) * n_out));
   }
-  be->matmuls(dx.data(), {{&matrices[0], parts[0].rows, together[0]->data()},
-                          {&matrices[1], parts[1].rows, together[1]->data()},
-                          {&matrices[2], parts[2].rows, together[2]->data()},
-                          {&matrices[3], parts[3].rows, together[3]->data()},
-                          {&matrices[4], parts[4].rows, together[4]->data()}});
+  be->matmuls(dx.data(), {{&matrices[0], parts[0].rows, together[0]->data(), bias_of(0)},
+                          {&matrices[1], parts[1].rows, together[1]->data(), bias_of(1)},
+                          {&matrices[2], parts[2].rows, together[2]->data(), bias_of(2)},
+                          {&matrices[3], parts[3].rows, together[3]->data(), bias_of(3)},
+                          {&matrices[4], parts[4].rows, together[4]->data(), bias_of(4)}});
   for (size_t i = 0; i < std::size(parts); ++i) {
-    if (parts[i].rows > 0) be->matmul(dx.data(), matrices[i], parts[i].rows, alone[i]->data());
+    if (parts[i].rows == 0) continue;
+    be->matmul(dx.data(), matrices[i], parts[i].rows, alone[i]->data());
+    if (parts[i].biased) be->add_rows(alone[i]->data(), d_bias.data(), parts[i].rows, n_out);
   }
   for (size_t i = 0; i < std::size(parts); ++i) {
     SCOPED_TRACE(std::string(tensor_type_name(parts[i].type)) + ", " + std::to_string(parts[i].rows) + " rows");

@@ -48,6 +48,18 @@ TEST(GpuParity, AddMatchesTheCpuTwin) {
   EXPECT_EQ(d_x.to_host(), x);
 }
 
+TEST(GpuParity, AddRowsMatchesTheCpuTwin) {
+  HELIOS_REQUIRE_GPU();
+  for (const auto& [n_rows, dim] : {std::pair{1, 896}, std::pair{7, 128}, std::pair{33, 1536}}) {
+    auto rows = normal_floats(static_cast<size_t>(n_rows) * dim, 6);
+    const auto v = normal_floats(dim, 7);
+    DeviceArray<float> d_rows(rows), d_v(v);
+    ASSERT_EQ(kernels::launch_add_rows(d_rows.get(), d_v.get(), n_rows, dim, nullptr), 0);
+    kernels::ref_add_rows(rows.data(), v.data(), n_rows, dim);
+    EXPECT_EQ(d_rows.to_host(), rows) << n_rows << " rows of " << dim;
+  }
+}
+
 TEST(GpuParity, AddRmsNormMatchesTheCpuTwin) {
   HELIOS_REQUIRE_GPU();
   for (int32_t dim : {64, 576, 4096}) {

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <cstdlib>
+#include <memory>
 
 #include "gpu/gpu_test_util.h"
 #include "helios/tensor_type.h"
@@ -374,8 +375,16 @@ TEST(GpuParity, MatmulQuantizedQ8MatchesTheCpuBackend) {
     ASSERT_EQ(kernels::launch_quantize_q8(static_cast<uint32_t>(first), d_x.get(), 5, n_in, d_ws.get(), ws_bytes,
                                           nullptr), 0);
     ASSERT_EQ(kernels::launch_matmul_q8_rows(static_cast<uint32_t>(second), d_ws.get(), d_w.get(), 3, n_in, n_out,
-                                             d_shared.get(), nullptr), 0);
+                                             d_shared.get(), nullptr, nullptr), 0);
     EXPECT_EQ(d_shared.to_host(), d_alone.to_host());
+    // A bias added as the product is written: the bits of adding it after.
+    const auto bias = normal_floats(n_out, 29);
+    DeviceArray<float> d_bias(bias), d_biased(3 * n_out);
+    ASSERT_EQ(kernels::launch_matmul_q8_rows(static_cast<uint32_t>(second), d_ws.get(), d_w.get(), 3, n_in, n_out,
+                                             d_biased.get(), d_bias.get(), nullptr), 0);
+    auto want = d_alone.to_host();
+    kernels::ref_add_rows(want.data(), bias.data(), 3, n_out);
+    EXPECT_EQ(d_biased.to_host(), want);
   }
 
   // A workspace too small, or none: an error, not a write past its end.
@@ -385,6 +394,111 @@ TEST(GpuParity, MatmulQuantizedQ8MatchesTheCpuBackend) {
                                             nullptr, small.get(), small_bytes, nullptr), 0);
   EXPECT_NE(kernels::launch_matmul_quant_q8(static_cast<uint32_t>(TensorType::kQ4_K), nullptr, nullptr, 1, 256, 4,
                                             nullptr, nullptr, 1 << 20, nullptr), 0);
+}
+
+// No GPU needed: a launch of several matrices gives every output row of each exactly one warp,
+// and no warp a row of a matrix of none (Q with GQA's K and V, an empty matrix between).
+TEST(QuantDecoders, ProductsInOneLaunchGiveEachOutputRowOneWarp) {
+  const int32_t n_outs[] = {200, 24, 0, 25};
+  std::vector<std::vector<float>> ys;
+  kernels::Q8Products products;
+  uint8_t weights = 0;
+  for (int k = 0; k < 4; ++k) {
+    ys.emplace_back(1);
+    products.at[k] = {&weights, n_outs[k], ys.back().data(), nullptr};
+  }
+  products.n = 4;
+  float* y = nullptr;
+  int32_t row = 0, n_blocks = 0;
+  ASSERT_EQ(kernels::q8_products_warp_row(products, 0, 0, &y, &row, &n_blocks), 0);
+  EXPECT_EQ(n_blocks, 25 + 3 + 0 + 4);
+  std::vector<std::vector<int>> writes(4);
+  for (int k = 0; k < 4; ++k) writes[k].assign(n_outs[k], 0);
+  int idle = 0;
+  for (int32_t b = 0; b < n_blocks + 1; ++b) {  // one block past the grid: nothing
+    for (int32_t warp = 0; warp < 8; ++warp) {
+      ASSERT_EQ(kernels::q8_products_warp_row(products, b, warp, &y, &row, &n_blocks), 0);
+      if (!y) {
+        EXPECT_EQ(row, -1);
+        ++idle;
+        continue;
+      }
+      const auto k = std::find_if(ys.begin(), ys.end(), [&](const auto& v) { return v.data() == y; }) - ys.begin();
+      ASSERT_LT(k, 4) << "block " << b << " warp " << warp << " writes no product's output";
+      ASSERT_GE(row, 0);
+      ASSERT_LT(row, n_outs[k]) << "block " << b << " warp " << warp;
+      ++writes[k][row];
+    }
+  }
+  for (int k = 0; k < 4; ++k) {
+    for (int32_t o = 0; o < n_outs[k]; ++o) EXPECT_EQ(writes[k][o], 1) << "matrix " << k << ", row " << o;
+  }
+  EXPECT_EQ(idle, (32 - 25) + 8);  // the last block's spare warps, and the block past the grid
+  // Refused: more products than a launch takes, and rows to write with no matrix.
+  kernels::Q8Products bad = products;
+  bad.n = kernels::kMaxQ8Products + 1;
+  EXPECT_NE(kernels::q8_products_warp_row(bad, 0, 0, &y, &row, &n_blocks), 0);
+  bad = products;
+  bad.at[1].w = nullptr;
+  EXPECT_NE(kernels::q8_products_warp_row(bad, 0, 0, &y, &row, &n_blocks), 0);
+  bad = products;
+  bad.at[2].w = nullptr;  // the empty one: no rows, nothing to read
+  EXPECT_EQ(kernels::q8_products_warp_row(bad, 0, 0, &y, &row, &n_blocks), 0);
+}
+
+// Matrices of one type in one launch (Q with GQA's narrow K and V; a matrix of no rows; biases):
+// each gets the bits of a launch of its own, at 1 to 8 rows and past 8, with vector loads and,
+// one matrix placed 2 bytes off, without.
+TEST(GpuParity, MatmulQuantizedProductsInOneLaunchAreEachTheirOwn) {
+  HELIOS_REQUIRE_GPU();
+  const int32_t n_in = 512;
+  const int32_t n_outs[] = {200, 24, 0, 24};  // 25 blocks of 8 rows, then 3, none, 3
+  DeviceArray<float> d_bias(normal_floats(200, 31));
+  for (const TensorType type : {TensorType::kQ4_K, TensorType::kQ8_0, TensorType::kQ6_K}) {
+    for (const size_t offset : {size_t{0}, size_t{2}}) {
+      for (const int32_t n_rows : {1, 5, 11}) {
+        SCOPED_TRACE(std::string(tensor_type_name(type)) + ", " + std::to_string(n_rows) + " rows, offset " +
+                     std::to_string(offset));
+        const auto x = activation_rows(n_rows, n_in, 37);
+        const size_t ws_bytes = kernels::matmul_quant_q8_workspace_bytes(n_rows, n_in);
+        DeviceArray<float> d_x(x);
+        DeviceArray<uint8_t> d_ws(ws_bytes);
+        ASSERT_EQ(kernels::launch_quantize_q8(static_cast<uint32_t>(type), d_x.get(), n_rows, n_in, d_ws.get(),
+                                              ws_bytes, nullptr), 0);
+        std::vector<std::unique_ptr<DeviceArray<uint8_t>>> d_w;
+        std::vector<std::unique_ptr<DeviceArray<float>>> d_together, d_alone;
+        kernels::Q8Products products;
+        for (int k = 0; k < 4; ++k) {
+          const QuantWeights w = quantized(type, std::max(n_outs[k], 1), n_in, 41 + k);
+          std::vector<uint8_t> placed(offset + w.bytes.size());
+          std::copy(w.bytes.begin(), w.bytes.end(), placed.begin() + static_cast<std::ptrdiff_t>(k == 3 ? offset : 0));
+          d_w.push_back(std::make_unique<DeviceArray<uint8_t>>(placed));
+          const size_t n_y = static_cast<size_t>(n_rows) * std::max(n_outs[k], 1);
+          d_together.push_back(std::make_unique<DeviceArray<float>>(std::vector<float>(n_y, -1.0f)));
+          d_alone.push_back(std::make_unique<DeviceArray<float>>(std::vector<float>(n_y, -1.0f)));
+          const uint8_t* wk = d_w.back()->get() + (k == 3 ? offset : 0);
+          const float* bk = k == 0 || k == 3 ? d_bias.get() : nullptr;
+          products.at[k] = {wk, n_outs[k], d_together.back()->get(), bk};
+          ASSERT_EQ(kernels::launch_matmul_q8_rows(static_cast<uint32_t>(type), d_ws.get(), wk, n_rows, n_in, n_outs[k],
+                                                   d_alone.back()->get(), bk, nullptr), 0);
+        }
+        products.n = 4;
+        ASSERT_EQ(kernels::launch_matmul_q8_products(static_cast<uint32_t>(type), d_ws.get(), n_rows, n_in, products,
+                                                     nullptr), 0);
+        for (int k = 0; k < 4; ++k) {
+          const auto got = d_together[k]->to_host();
+          EXPECT_EQ(got, d_alone[k]->to_host()) << "matrix " << k;
+          if (n_outs[k] > 0) EXPECT_NE(got[0], -1.0f) << "matrix " << k << " was not written";
+        }
+        EXPECT_EQ(d_together[2]->to_host(), std::vector<float>(n_rows, -1.0f)) << "the matrix of no rows was written";
+      }
+    }
+  }
+  kernels::Q8Products too_many;
+  too_many.n = kernels::kMaxQ8Products + 1;
+  DeviceArray<uint8_t> ws(kernels::matmul_quant_q8_workspace_bytes(1, 256));
+  EXPECT_NE(kernels::launch_matmul_q8_products(static_cast<uint32_t>(TensorType::kQ4_K), ws.get(), 1, 256, too_many,
+                                               nullptr), 0);
 }
 
 TEST(GpuParity, MatmulQuantizedRefusesAWidthOutsideItsBlocks) {

@@ -142,6 +142,16 @@ void append_key(std::string& key, const kernels::RopeParams& r) {
   append_key(key, r.corr_high);
   append_key(key, r.mscale);
 }
+void append_key(std::string& key, const kernels::Q8Products& products) {
+  append_key(key, products.n);
+  for (int32_t k = 0; k < products.n; ++k) {
+    const kernels::Q8Product& p = products.at[k];
+    append_key(key, p.w);
+    append_key(key, p.n_out);
+    append_key(key, p.y);
+    append_key(key, p.bias);
+  }
+}
 void append_key(std::string& key, const kernels::AttentionTiles& t) {
   append_key(key, t.first);
   append_key(key, t.n_tiles);
@@ -219,6 +229,7 @@ class CudaBackend final : public Backend {
                        float* out) override;
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
   void add(float* x, const float* y, int64_t n) override;
+  void add_rows(float* rows, const float* v, int32_t n_rows, int32_t dim) override;
 
   size_t free_device_bytes() const override;
   Status reserve_scratch(const PassShape& pass) override;
@@ -284,6 +295,9 @@ class CudaBackend final : public Backend {
   // error), and a product over rows rounded so.
   void* round_q8(const float* x, const WeightMatrix& w, int32_t n_rows);
   void gemv_q8(const void* q8, const WeightMatrix& w, int32_t n_rows, float* y);
+  // Products of one type, width and row count over the same rounded rows, their biases added as
+  // they are written, in one launch per 8 rows.
+  void gemv_q8(const void* q8, TensorType type, int32_t n_rows, int32_t n_in, const kernels::Q8Products& products);
   cudaError_t grow_scratch(Scratch which, size_t bytes);  // at least `bytes` in scratch_[which]
 
   int device_;
@@ -777,16 +791,26 @@ void* CudaBackend::round_q8(const float* x, const WeightMatrix& w, int32_t n_row
 }
 
 void CudaBackend::gemv_q8(const void* q8, const WeightMatrix& w, int32_t n_rows, float* y) {
-  launch("gemv_q8", [](CudaBackend& b, const void* q8, const WeightMatrix& w, int32_t n_rows, float* y) {
-    b.ok_launch(kernels::launch_matmul_q8_rows(static_cast<uint32_t>(w.type), q8, w.data, n_rows, w.n_in, w.n_out, y,
-                                               b.stream_),
-                "launch_matmul_q8_rows");
-  }, q8, w, n_rows, y);
+  kernels::Q8Products one;
+  one.at[0] = {w.data, w.n_out, y, nullptr};
+  one.n = 1;
+  gemv_q8(q8, w.type, n_rows, w.n_in, one);
+}
+
+void CudaBackend::gemv_q8(const void* q8, TensorType type, int32_t n_rows, int32_t n_in,
+                          const kernels::Q8Products& products) {
+  launch("gemv_q8", [](CudaBackend& b, const void* q8, TensorType type, int32_t n_rows, int32_t n_in,
+                       kernels::Q8Products products) {
+    b.ok_launch(kernels::launch_matmul_q8_products(static_cast<uint32_t>(type), q8, n_rows, n_in, products, b.stream_),
+                "launch_matmul_q8_products");
+  }, q8, type, n_rows, n_in, products);
 }
 
 // The outputs the 8-bit kernel takes that round x as the first of them does share one rounding,
-// of the most rows any of them reads; their products run first, since any other quantized
-// product rounds its own input into the same scratch.
+// of the most rows any of them reads; those of one type and row count share a launch too (Q, K
+// and V, or gate and up, of one type in one), which adds their biases as it writes. They run
+// first, since any other quantized product rounds its own input into the same scratch. The
+// others take matmul, then one add_rows for a bias.
 void CudaBackend::matmuls(const float* x, std::initializer_list<MatmulOutput> outputs) {
   bind();
   const MatmulOutput* lead = nullptr;
@@ -796,23 +820,32 @@ void CudaBackend::matmuls(const float* x, std::initializer_list<MatmulOutput> ou
     return !lead || (w.n_in == lead->w->n_in &&
                      kernels::q8_rounds_alike(static_cast<uint32_t>(lead->w->type), static_cast<uint32_t>(w.type)));
   };
-  int32_t rows = 0, n_shared = 0;
+  int32_t rows = 0;
+  std::vector<const MatmulOutput*> pending;
   for (const MatmulOutput& o : outputs) {
     if (!shares(o)) continue;
     if (!lead) lead = &o;
     rows = std::max(rows, o.n_rows);
-    ++n_shared;
+    pending.push_back(&o);
   }
-  if (n_shared < 2) {
-    Backend::matmuls(x, outputs);
-    return;
+  if (const void* q8 = lead ? round_q8(x, *lead->w, rows) : nullptr) {
+    while (!pending.empty()) {  // the first left, with those of its type and rows: one launch
+      const MatmulOutput& first = *pending.front();
+      kernels::Q8Products group;
+      std::erase_if(pending, [&](const MatmulOutput* o) {
+        if (group.n == kernels::kMaxQ8Products || o->w->type != first.w->type || o->n_rows != first.n_rows) {
+          return false;
+        }
+        group.at[group.n++] = {o->w->data, o->w->n_out, o->y, o->bias};
+        return true;
+      });
+      gemv_q8(q8, first.w->type, first.n_rows, first.w->n_in, group);
+    }
   }
-  const void* q8 = round_q8(x, *lead->w, rows);
   for (const MatmulOutput& o : outputs) {
-    if (shares(o) && q8) gemv_q8(q8, *o.w, o.n_rows, o.y);
-  }
-  for (const MatmulOutput& o : outputs) {
-    if (!shares(o) && o.n_rows > 0) matmul(x, *o.w, o.n_rows, o.y);
+    if (shares(o) || o.n_rows <= 0) continue;
+    matmul(x, *o.w, o.n_rows, o.y);
+    if (o.bias) add_rows(o.y, o.bias, o.n_rows, o.w->n_out);
   }
 }
 
@@ -884,6 +917,13 @@ void CudaBackend::add(float* x, const float* y, int64_t n) {
   launch("add", [](CudaBackend& b, float* x, const float* y, int64_t n) {
     b.ok_launch(kernels::launch_add(x, y, n, b.stream_), "launch_add");
   }, x, y, n);
+}
+
+void CudaBackend::add_rows(float* rows, const float* v, int32_t n_rows, int32_t dim) {
+  bind();
+  launch("add_rows", [](CudaBackend& b, float* rows, const float* v, int32_t n_rows, int32_t dim) {
+    b.ok_launch(kernels::launch_add_rows(rows, v, n_rows, dim, b.stream_), "launch_add_rows");
+  }, rows, v, n_rows, dim);
 }
 
 // [top1 | top1_prob | margin | entropy], n_rows each, 4 bytes per value, left on the device.
