@@ -290,12 +290,18 @@ struct ContextSpan {
 // Query tiles for the CUDA attention: runs of at most tile_tokens consecutive tokens of one
 // sequence (a prefill chunk in pieces; a decode is a tile of its own), whose query heads share
 // every K/V read. Tile i is tokens first[i] .. first[i + 1] - 1; span holds the tiles' contexts
-// (a tile's is its longest token's), which size the context splits.
+// (a tile's is its longest token's), which size the context splits. attention_tiles sets
+// tile_tokens to the fullest tile's tokens, which size a block's rows: a step of decodes alone
+// takes blocks of one token's heads.
 struct AttentionTiles {
   const int32_t* first = nullptr;  // [n_tiles + 1]; null: one token per tile
   int32_t n_tiles = 0;
   int32_t tile_tokens = 1;
   ContextSpan span;
+  // The general path's cache reads (an element per lane) even where the wide one's 16-byte reads
+  // apply (decode-sized blocks of rows that split into 16-byte chunks): tests and the benchmark
+  // run both.
+  bool general_loads = false;
 };
 // The tiles of a plan in host memory; `first` receives the boundaries (tiles.first points there).
 AttentionTiles attention_tiles(const AttentionPlan& plan, int32_t tile_tokens, std::vector<int32_t>* first);
@@ -313,6 +319,12 @@ int32_t attention_tile_tokens(int32_t n_heads, int32_t n_kv_heads, int32_t head_
 // n_kv_heads). A KV head's query heads share a block where one token's fit ((n_heads / n_kv_heads) ×
 // head_dim <= 2048); wider groups (multi-query: Falcon-7B's 71 heads over 1) go in equal chunks.
 bool paged_attention_supports(int32_t n_heads, int32_t n_kv_heads, int32_t head_dim);
+// Whether tiles of tile_tokens tokens read a `type` cache 16 bytes at a time (the wide path; its
+// cache 16-byte aligned too, as allocations are): a KV head's query rows in a block few enough
+// (rows × head_dim <= 1024, and their sums in registers: f32 16 rows, f16 8, fp8 4), head_dim
+// split evenly into 16-byte chunks over a power of two of lanes up to 32 (f16: 64, 128, 256).
+bool paged_attention_reads_wide(KvType type, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim,
+                                int32_t tile_tokens);
 int64_t paged_attention_workspace_floats(int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads,
                                          int32_t head_dim, ContextSpan span);
 // The most paged_attention_workspace_floats gives for these heads, whatever the tokens and

@@ -55,7 +55,8 @@ decode: for each batch size B, B sequences get a prompt of --prompt-tokens ids (
     a slight underestimate); roofline share = tok/s / ideal tok/s.
 attention: launch_paged_attention on an f32 or f16 paged cache (blocks of 16, shuffled block ids), B
   decoding tokens each at the given context; time per call from CUDA events over --iters calls;
-  GB/s = (K + V bytes read + q + out) / time.
+  GB/s = (K + V bytes read + q + out) / time. Where the shape allows, twice: the cache read 16
+  bytes at a time (reads wide, the default) and an element at a time (reads general).
 gemv: y[B, OUT] = x[B, IN] · W[OUT, IN]ᵀ through launch_matmul_f16/_bf16/_quant, W of random bytes
   in the type's layout (the kernels' speed does not depend on the values); quantized types run
   three ways: against f32 activations (path f32), rounding them to 8 bits in the call (q8: the
@@ -373,7 +374,13 @@ int cmd_attention(const Args& a, json& j) {
   if (a.kv_type != "f32" && a.kv_type != "f16") die("--kv-type must be f32 or f16, got '" + a.kv_type + "'");
   const bool f16 = a.kv_type == "f16";
   const size_t elem = f16 ? 2 : 4;  // bytes per cache element
-  std::printf("%-6s %8s %6s %10s %10s\n", "batch", "context", "heads", "us/call", "GB/s");
+  const auto kv = f16 ? helios::kernels::KvType::kF16 : helios::kernels::KvType::kF32;
+  // The cache read 16 bytes at a time where the shape allows it (the default), and an element at a
+  // time, side by side.
+  std::vector<std::string> paths;
+  if (helios::kernels::paged_attention_reads_wide(kv, a.heads, a.kv_heads, hd, 1)) paths.push_back("wide");
+  paths.push_back("general");
+  std::printf("%-6s %8s %6s %8s %10s %10s\n", "batch", "context", "heads", "reads", "us/call", "GB/s");
   for (int batch : a.batch) {
     for (int ctx : a.context) {
       const int32_t per_seq = (ctx + bs - 1) / bs, n_blocks = per_seq * batch;
@@ -406,20 +413,23 @@ int cmd_attention(const Args& a, json& j) {
       tiles.span = {ctx, static_cast<int64_t>(batch) * ctx};
       const int64_t ws_floats = helios::kernels::paged_attention_workspace_floats(batch, a.heads, a.kv_heads, hd, tiles.span);
       if (ws_floats > 0) BENCH_CUDA(cudaMalloc(&ws, ws_floats * 4));
-      const helios::kernels::PagedKV cache{k, v, n_blocks, bs, a.kv_heads, hd,
-                                           f16 ? helios::kernels::KvType::kF16 : helios::kernels::KvType::kF32};
+      const helios::kernels::PagedKV cache{k, v, n_blocks, bs, a.kv_heads, hd, kv};
       const helios::kernels::AttentionPlan plan{batch, d_seq, d_pos, d_tables, per_seq};
       const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-      auto call = [&] {
-        const int e = helios::kernels::launch_paged_attention(q, cache, plan, a.heads, scale, tiles, ws, out, nullptr);
-        if (e != 0) die(std::string("launch_paged_attention: ") + cudaGetErrorString(static_cast<cudaError_t>(e)));
-      };
-      const double us = us_per_call(a.iters, call);
-      const double bytes = 2.0 * batch * ctx * kv_row * static_cast<double>(elem) + 2.0 * q_floats * 4;
-      std::printf("%-6d %8d %6d %10.1f %10.1f\n", batch, ctx, a.heads, us, bytes / (us * 1e-6) / 1e9);
-      j["runs"].push_back({{"batch", batch}, {"context", ctx}, {"heads", a.heads}, {"kv_heads", a.kv_heads},
-                           {"head_dim", hd}, {"dtype", f16 ? "float16" : "float32"}, {"us_per_call", us}, {"bytes", bytes},
-                           {"gb_s", bytes / (us * 1e-6) / 1e9}});
+      for (const std::string& path : paths) {
+        tiles.general_loads = path == "general";
+        auto call = [&] {
+          const int e = helios::kernels::launch_paged_attention(q, cache, plan, a.heads, scale, tiles, ws, out, nullptr);
+          if (e != 0) die(std::string("launch_paged_attention: ") + cudaGetErrorString(static_cast<cudaError_t>(e)));
+        };
+        const double us = us_per_call(a.iters, call);
+        const double bytes = 2.0 * batch * ctx * kv_row * static_cast<double>(elem) + 2.0 * q_floats * 4;
+        std::printf("%-6d %8d %6d %8s %10.1f %10.1f\n", batch, ctx, a.heads, path.c_str(), us,
+                    bytes / (us * 1e-6) / 1e9);
+        j["runs"].push_back({{"batch", batch}, {"context", ctx}, {"heads", a.heads}, {"kv_heads", a.kv_heads},
+                             {"head_dim", hd}, {"dtype", f16 ? "float16" : "float32"}, {"reads", path},
+                             {"us_per_call", us}, {"bytes", bytes}, {"gb_s", bytes / (us * 1e-6) / 1e9}});
+      }
       for (void* p : {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(q), static_cast<void*>(out),
                       static_cast<void*>(ws), static_cast<void*>(d_tables), static_cast<void*>(d_seq),
                       static_cast<void*>(d_pos)}) {

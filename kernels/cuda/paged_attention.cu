@@ -10,6 +10,15 @@
 // split length is one for the launch, from the tiles' total context; each tile takes as many
 // splits as its own context needs. The cache is f32, f16 or fp8 E4M3 (read directly, converted
 // in registers).
+//
+// Two ways to read the cache. The general one takes a K row per warp, a value per lane, and a
+// V value per thread: 1-4 bytes a load. Where a row is a power of two of 16-byte chunks up to a
+// warp's 32 (head_dim 64-256 in f16, 64-128 in f32, 128-256 in fp8) and the block's rows are few
+// (decode: one token's heads), the wide one takes every load 16 bytes at a time: a K row per
+// `lanes` lanes, several rows a warp, four loads in flight per lane; and for V each thread keeps
+// its chunk's sums for all the block's rows in registers, so a V chunk is read once per block.
+// Decode attention streams the cache, so the bytes in flight per SM, not the arithmetic, set its
+// speed.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -32,6 +41,17 @@ constexpr int kMinSplitLen = 256;      // shorter splits cost more in merging th
 // anyway, so the workspace has a bound to reserve (paged_attention_workspace_bound).
 constexpr int64_t kMaxTokenSplits = 4096;
 constexpr size_t kMaxSharedBytes = 48 * 1024;
+
+// The wide path: 16-byte chunks of kChunk<T> elements; a thread's sums for up to kWideRows<T>
+// rows × kChunk<T> values in registers; kWideMaxItems rows × head_dim, so that the 8 warps'
+// partial outputs fit in shared memory.
+template <typename T>
+constexpr int kChunk = 16 / static_cast<int>(sizeof(T));
+constexpr int kWideValues = 64;
+template <typename T>
+constexpr int kWideRows = kWideValues / kChunk<T>;  // f32 16, f16 8, fp8 4
+constexpr int kWideMaxItems = 1024;
+constexpr int kWideUnroll = 4;  // K rows a lane has in flight
 
 struct Split {
   int32_t n = 1;    // splits of the longest context (grid depth); shorter ones leave theirs empty
@@ -56,10 +76,26 @@ Split plan_splits(int32_t n_tokens, int32_t head_blocks, ContextSpan span) {
 // Query rows a block may serve for this head_dim.
 int32_t max_rows(int32_t head_dim) { return std::min(kMaxRows, kThreads * kMaxItemsPerThread / std::max(head_dim, 1)); }
 
-size_t shared_bytes(int32_t rows, int32_t head_dim) {
+// The partial outputs before their sum: the general path's position slices (at most a block's
+// threads or one row set of items), or the wide path's one per warp.
+size_t shared_bytes(int32_t rows, int32_t head_dim, bool wide = false) {
   const int32_t items = rows * head_dim;
-  return sizeof(float) * (items + static_cast<size_t>(rows) * kTile + std::max(kThreads, items) + 4 * rows) +
+  const size_t partials = wide ? static_cast<size_t>(kThreads / 32) * items : std::max(kThreads, items);
+  return sizeof(float) * (items + static_cast<size_t>(rows) * kTile + partials + 4 * rows) +
          sizeof(int32_t) * (kTile + rows);
+}
+
+// The wide path's rows (a power of two from 1 to kWideRows) for a block of `rows` query rows, or
+// 0 where it does not apply: chunks that split a row evenly over a power of two of lanes up to a
+// warp, few enough rows for their sums in registers and their partials in shared memory.
+int32_t wide_rows(KvType type, int32_t rows, int32_t head_dim) {
+  const int32_t chunk = 16 / kv_type_bytes(type);
+  if (head_dim % chunk != 0) return 0;
+  const int32_t lanes = head_dim / chunk;
+  if (lanes > 32 || (lanes & (lanes - 1)) != 0 || rows * head_dim > kWideMaxItems) return 0;
+  int32_t bucket = 1;
+  while (bucket < rows) bucket *= 2;
+  return bucket * chunk <= kWideValues && shared_bytes(rows, head_dim, true) <= kMaxSharedBytes ? bucket : 0;
 }
 
 bool rows_fit(int32_t rows, int32_t head_dim) {
@@ -80,6 +116,33 @@ HeadChunks head_chunks(int32_t group, int32_t head_dim) {
   c.n = (group + fit - 1) / fit;
   c.per_block = (group + c.n - 1) / c.n;
   return c;
+}
+
+// A 16-byte chunk of the cache as floats (every conversion exact, as load_kv's).
+__device__ __forceinline__ void unpack(const uint4& raw, float (&out)[4]) {
+  out[0] = __uint_as_float(raw.x), out[1] = __uint_as_float(raw.y);
+  out[2] = __uint_as_float(raw.z), out[3] = __uint_as_float(raw.w);
+}
+__device__ __forceinline__ void unpack(const uint4& raw, float (&out)[8]) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = __half2float(__ushort_as_half(static_cast<unsigned short>(words[i] & 0xFFFFu)));
+    out[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(words[i] >> 16)));
+  }
+}
+__device__ __forceinline__ void unpack(const uint4& raw, float (&out)[16]) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    __nv_fp8_e4m3 v;
+    v.__x = static_cast<__nv_fp8_storage_t>((words[i / 4] >> (8 * (i % 4))) & 0xFFu);
+    out[i] = static_cast<float>(v);
+  }
+}
+template <typename T>
+__device__ __forceinline__ uint4 load_chunk(const T* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
 }
 
 template <typename T>  // the cache's element: float, __half or __nv_fp8_e4m3
@@ -106,9 +169,12 @@ struct AttentionArgs {
   float* part_ml;    // [n_tokens * n_heads, n_splits, 2]: running max, sum of exponentials
 };
 
-// Row r of a block: token tile_first + r / heads, query head h0 + r % heads.
-template <typename T>
-__global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs<T> a) {
+// Row r of a block: token tile_first + r / heads, query head h0 + r % heads. kWide: 0 for the
+// general path, else the wide path with sums for kWide rows (at least the block's rows). One
+// block per SM at least: left to pick, ptxas held some wide variants to 64 registers and spilled;
+// their sums take up to ~150.
+template <typename T, int kWide>
+__global__ void __launch_bounds__(kThreads, 1) attention_kernel(AttentionArgs<T> a) {
   const int32_t tile = blockIdx.x, split = blockIdx.z;
   const int32_t kvh = blockIdx.y / a.head_chunks, chunk = blockIdx.y % a.head_chunks;
   const int32_t t0 = a.tile_first ? a.tile_first[tile] : tile;
@@ -122,8 +188,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs<T> a)
   extern __shared__ float smem[];
   float* q_s = smem;                        // [rows, hd]
   float* scores = q_s + items;              // [rows, kTile] scores, then exp(score - max)
-  float* red = scores + rows * kTile;       // [max(blockDim, items)] slice partial outputs
-  float* m_s = red + max(static_cast<int32_t>(blockDim.x), items);  // [rows] running max
+  float* red = scores + rows * kTile;       // partial outputs (shared_bytes)
+  float* m_s = red + (kWide ? n_warps * items : max(static_cast<int32_t>(blockDim.x), items));  // [rows] running max
   float* l_s = m_s + rows;                  // [rows] running sum of exponentials
   float* alpha_s = l_s + rows;              // [rows] rescale of the old sums for this tile
   float* spare = alpha_s + rows;            // [rows] (keeps the int arrays 4-byte aligned)
@@ -149,13 +215,20 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs<T> a)
   const T* k_head = a.k_cache + static_cast<int64_t>(kvh) * hd;
   const T* v_head = a.v_cache + static_cast<int64_t>(kvh) * hd;
 
-  // V accumulation: thread → (slice of the tile's positions, up to kMaxItemsPerThread (r, d) items).
+  // General path, V: thread → (slice of the tile's positions, up to kMaxItemsPerThread (r, d) items).
   const int32_t stride_items = min(items, static_cast<int32_t>(blockDim.x));
   const int32_t n_slices = blockDim.x / stride_items;
   const int32_t slice = tid / stride_items, first_item = tid % stride_items;
-  float acc[kMaxItemsPerThread];
+  // Wide path: `lanes` lanes per cache row, each its 16-byte chunk c; a warp takes per_warp rows
+  // at once (lane group g), the block wide_step.
+  constexpr int kC = kChunk<T>;
+  const int32_t lanes = kWide ? hd / kC : 32, per_warp = 32 / lanes;  // (the general path: unused)
+  const int32_t g = lane / lanes, c = lane % lanes;
+  const int32_t wide_step = n_warps * per_warp, wide_first = warp * per_warp + g;
+  constexpr int kAcc = kWide ? kWide * kC : kMaxItemsPerThread;
+  float acc[kAcc];  // general: the items' sums; wide: row r's sums for chunk c at [r * kC, r * kC + kC)
 #pragma unroll
-  for (int c = 0; c < kMaxItemsPerThread; ++c) acc[c] = 0.0f;
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
   __syncthreads();
 
   for (int32_t tile0 = p_begin; tile0 < p_end; tile0 += kTile) {
@@ -165,25 +238,51 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs<T> a)
       slot_s[j] = table[p / a.block_size] * a.block_size + p % a.block_size;
     }
     __syncthreads();
-    // scores: one warp per position, its K row in registers (lanes across head_dim), every row
-    for (int32_t j = warp; j < tile_n; j += n_warps) {
-      const T* kp = k_head + slot_s[j] * kv_row;
-      float k_reg[kMaxHeadDim / 32];
+    if constexpr (kWide != 0) {
+      // scores: kWideUnroll K chunks loaded per lane before any is used, then each against every row
+      for (int32_t j0 = wide_first; j0 - g < tile_n; j0 += kWideUnroll * wide_step) {
+        uint4 raw[kWideUnroll];
 #pragma unroll
-      for (int c = 0; c < kMaxHeadDim / 32; ++c) {
-        const int32_t d = lane + 32 * c;
-        k_reg[c] = d < hd ? cuda::load_kv(kp + d) : 0.0f;
-      }
-      const int32_t p = tile0 + j;
-      for (int32_t r = 0; r < rows; ++r) {
-        float s = 0.0f;
-#pragma unroll
-        for (int c = 0; c < kMaxHeadDim / 32; ++c) {
-          const int32_t d = lane + 32 * c;
-          if (d < hd) s += q_s[r * hd + d] * k_reg[c];
+        for (int u = 0; u < kWideUnroll; ++u) {
+          const int32_t j = j0 + u * wide_step;
+          raw[u] = j < tile_n ? load_chunk(k_head + slot_s[j] * kv_row + c * kC) : make_uint4(0, 0, 0, 0);
         }
-        s = cuda::warp_sum(s);
-        if (lane == 0) scores[r * kTile + j] = p < ctx_s[r] ? s * a.scale : -INFINITY;  // causal
+#pragma unroll
+        for (int u = 0; u < kWideUnroll; ++u) {
+          const int32_t j = j0 + u * wide_step;
+          float k[kC];
+          unpack(raw[u], k);
+          for (int32_t r = 0; r < rows; ++r) {
+            const float* qr = q_s + r * hd + c * kC;
+            float sum = 0.0f;
+#pragma unroll
+            for (int e = 0; e < kC; ++e) sum += qr[e] * k[e];
+            for (int off = lanes / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+            if (c == 0 && j < tile_n) scores[r * kTile + j] = tile0 + j < ctx_s[r] ? sum * a.scale : -INFINITY;
+          }
+        }
+      }
+    } else {
+      // scores: one warp per position, its K row in registers (lanes across head_dim), every row
+      for (int32_t j = warp; j < tile_n; j += n_warps) {
+        const T* kp = k_head + slot_s[j] * kv_row;
+        float k_reg[kMaxHeadDim / 32];
+#pragma unroll
+        for (int e = 0; e < kMaxHeadDim / 32; ++e) {
+          const int32_t d = lane + 32 * e;
+          k_reg[e] = d < hd ? cuda::load_kv(kp + d) : 0.0f;
+        }
+        const int32_t p = tile0 + j;
+        for (int32_t r = 0; r < rows; ++r) {
+          float sum = 0.0f;
+#pragma unroll
+          for (int e = 0; e < kMaxHeadDim / 32; ++e) {
+            const int32_t d = lane + 32 * e;
+            if (d < hd) sum += q_s[r * hd + d] * k_reg[e];
+          }
+          sum = cuda::warp_sum(sum);
+          if (lane == 0) scores[r * kTile + j] = p < ctx_s[r] ? sum * a.scale : -INFINITY;  // causal
+        }
       }
     }
     __syncthreads();
@@ -209,36 +308,75 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs<T> a)
       }
     }
     __syncthreads();
-    if (slice < n_slices) {
+    if constexpr (kWide != 0) {
+      // V: each position's chunk c read once, weighed into every row that attends to it (a masked
+      // position weighs nothing and is skipped: 0 × an inf in V would be NaN)
 #pragma unroll
-      for (int c = 0; c < kMaxItemsPerThread; ++c) {
-        const int32_t item = first_item + c * stride_items;
+      for (int r = 0; r < kWide; ++r) {
+        const float alpha = r < rows ? alpha_s[r] : 1.0f;
+#pragma unroll
+        for (int e = 0; e < kC; ++e) acc[r * kC + e] *= alpha;
+      }
+#pragma unroll 4  // kWideUnroll
+      for (int32_t j = wide_first; j < tile_n; j += wide_step) {
+        float v[kC];
+        unpack(load_chunk(v_head + slot_s[j] * kv_row + c * kC), v);
+#pragma unroll
+        for (int r = 0; r < kWide; ++r) {
+          if (r < rows && tile0 + j < ctx_s[r]) {
+            const float w = scores[r * kTile + j];
+#pragma unroll
+            for (int e = 0; e < kC; ++e) acc[r * kC + e] += w * v[e];
+          }
+        }
+      }
+    } else if (slice < n_slices) {
+#pragma unroll
+      for (int e = 0; e < kMaxItemsPerThread; ++e) {
+        const int32_t item = first_item + e * stride_items;
         if (item < items) {
           const int32_t r = item / hd, d = item % hd;
-          float o = acc[c] * alpha_s[r];
+          float o = acc[e] * alpha_s[r];
           const float* sr = scores + r * kTile;
           // The row's own positions only: a masked one weighs 0, but 0 × an inf in V would be NaN.
           const int32_t own = min(tile_n, ctx_s[r] - tile0);
           for (int32_t j = slice; j < own; j += n_slices) o += sr[j] * cuda::load_kv(v_head + slot_s[j] * kv_row + d);
-          acc[c] = o;
+          acc[e] = o;
         }
       }
     }
     __syncthreads();  // scores and slots are rewritten by the next tile
   }
 
-  // sum the slices, then normalise (one split) or hand over to combine_kernel
-  if (slice < n_slices) {
+  // sum the partial outputs, then normalise (one split) or hand over to combine_kernel
+  int32_t n_partials = n_slices;
+  if constexpr (kWide != 0) {
+    // a warp's lane groups first (lanes of one chunk lie `lanes` apart), then one partial per warp
 #pragma unroll
-    for (int c = 0; c < kMaxItemsPerThread; ++c) {
-      const int32_t item = first_item + c * stride_items;
-      if (item < items) red[slice * items + item] = acc[c];
+    for (int i = 0; i < kAcc; ++i) {
+      for (int off = lanes; off < 32; off *= 2) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], off);
+    }
+    if (g == 0) {
+#pragma unroll
+      for (int r = 0; r < kWide; ++r) {
+        if (r < rows) {
+#pragma unroll
+          for (int e = 0; e < kC; ++e) red[warp * items + r * hd + c * kC + e] = acc[r * kC + e];
+        }
+      }
+    }
+    n_partials = n_warps;
+  } else if (slice < n_slices) {
+#pragma unroll
+    for (int e = 0; e < kMaxItemsPerThread; ++e) {
+      const int32_t item = first_item + e * stride_items;
+      if (item < items) red[slice * items + item] = acc[e];
     }
   }
   __syncthreads();
   for (int32_t item = tid; item < items; item += blockDim.x) {
     float o = 0.0f;
-    for (int32_t s = 0; s < n_slices; ++s) o += red[s * items + item];
+    for (int32_t s = 0; s < n_partials; ++s) o += red[s * items + item];
     const int32_t r = item / hd, d = item % hd;
     const int64_t head_item = static_cast<int64_t>(t0 + r / heads) * a.n_heads + h0 + r % heads;
     if (a.n_splits == 1) {
@@ -285,6 +423,13 @@ int32_t attention_tile_tokens(int32_t n_heads, int32_t n_kv_heads, int32_t head_
   return std::max(1, max_rows(head_dim) / head_chunks(n_heads / n_kv_heads, head_dim).per_block);
 }
 
+bool paged_attention_reads_wide(KvType type, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim,
+                                int32_t tile_tokens) {
+  if (!paged_attention_supports(n_heads, n_kv_heads, head_dim) || tile_tokens <= 0) return false;
+  const int32_t rows = head_chunks(n_heads / n_kv_heads, head_dim).per_block * tile_tokens;
+  return rows_fit(rows, head_dim) && wide_rows(type, rows, head_dim) != 0;
+}
+
 int64_t paged_attention_workspace_floats(int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads,
                                          int32_t head_dim, ContextSpan span) {
   if (n_tokens <= 0 || span.longest <= 0 || !paged_attention_supports(n_heads, n_kv_heads, head_dim)) return 0;
@@ -310,7 +455,9 @@ int launch_paged_attention(const float* q, const PagedKV& cache, const Attention
   const HeadChunks chunks = head_chunks(n_heads / cache.n_kv_heads, cache.head_dim);
   const int32_t rows = chunks.per_block * (tiles.first ? tiles.tile_tokens : 1);
   if (!rows_fit(rows, cache.head_dim)) return static_cast<int>(cudaErrorInvalidConfiguration);
-  const size_t smem = shared_bytes(rows, cache.head_dim);
+  const bool aligned = ((reinterpret_cast<uintptr_t>(cache.k) | reinterpret_cast<uintptr_t>(cache.v)) % 16) == 0;
+  const int32_t wide = tiles.general_loads || !aligned ? 0 : wide_rows(cache.type, rows, cache.head_dim);
+  const size_t smem = shared_bytes(rows, cache.head_dim, wide != 0);
   const int32_t n_tiles = tiles.first ? tiles.n_tiles : plan.n_tokens;
   const Split s = plan_splits(plan.n_tokens, cache.n_kv_heads * chunks.n, tiles.span);
   if (s.n > 1 && workspace == nullptr) return static_cast<int>(cudaErrorInvalidValue);
@@ -324,7 +471,19 @@ int launch_paged_attention(const float* q, const PagedKV& cache, const Attention
     AttentionArgs<T> a{q, k_cache, v_cache, plan.token_seq, plan.positions, plan.block_tables, tiles.first,
                        plan.max_blocks_per_seq, cache.block_size, n_heads, cache.n_kv_heads,
                        cache.head_dim, chunks.per_block, chunks.n, scale, s.len, s.n, out, part_out, part_ml};
-    attention_kernel<T><<<grid, kThreads, smem, st>>>(a);
+    switch (wide) {  // the wide path's rows, a power of two up to kWideRows<T>
+      case 0: attention_kernel<T, 0><<<grid, kThreads, smem, st>>>(a); break;
+      case 1: attention_kernel<T, 1><<<grid, kThreads, smem, st>>>(a); break;
+      case 2: attention_kernel<T, 2><<<grid, kThreads, smem, st>>>(a); break;
+      case 4: attention_kernel<T, 4><<<grid, kThreads, smem, st>>>(a); break;
+      default:
+        if constexpr (kWideRows<T> >= 8) {
+          if (wide == 8) attention_kernel<T, 8><<<grid, kThreads, smem, st>>>(a);
+        }
+        if constexpr (kWideRows<T> >= 16) {
+          if (wide == 16) attention_kernel<T, 16><<<grid, kThreads, smem, st>>>(a);
+        }
+    }
   };
   if (cache.type == KvType::kF16) {
     launch(static_cast<const __half*>(cache.k), static_cast<const __half*>(cache.v));

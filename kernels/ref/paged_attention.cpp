@@ -120,6 +120,9 @@ AttentionTiles attention_tiles(const AttentionPlan& plan, int32_t tile_tokens, s
   if (!first->empty()) tiles.span.total += tile_ctx;
   tiles.n_tiles = static_cast<int32_t>(first->size());
   first->push_back(plan.n_tokens);
+  int32_t most = 1;  // tokens in the fullest tile: the launch sizes its blocks' rows by it
+  for (int32_t i = 0; i < tiles.n_tiles; ++i) most = std::max(most, (*first)[i + 1] - (*first)[i]);
+  tiles.tile_tokens = most;
   tiles.first = first->data();
   return tiles;
 }

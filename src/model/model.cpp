@@ -340,7 +340,7 @@ StatusOr<std::vector<ExitObservation>> Model::lookahead(const float* states, con
   float* head_in = in.data();
   if (adapted) {
     backend_.matmul(in.data(), h.adapter.view, n, a.data());
-    for (int32_t r = 0; r < n; ++r) backend_.add(a.data() + static_cast<int64_t>(r) * c.n_embd, h.bias.data(), c.n_embd);
+    backend_.add_rows(a.data(), h.bias.data(), n, c.n_embd);
     head_in = a.data();
   }
   if (token_mapped) {

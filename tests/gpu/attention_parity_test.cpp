@@ -3,7 +3,8 @@
 // multi-query groups and contexts long enough for the split-context path. Cache slots no token
 // writes hold NaN: reading one would poison the output.
 // Tolerance: 2e-5 relative + 2e-6 absolute: softmax weights and sums in float, in another order.
-// f32, f16 and fp8 caches; query tiles of the kernel's size and of one token.
+// f32, f16 and fp8 caches; query tiles of the kernel's size and of one token; the cache read 16
+// bytes at a time where the shape allows (decode tiles of few rows) and an element at a time.
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -105,19 +106,25 @@ void check_attention(const Shape& sh, const std::vector<SeqSpec>& seqs, uint32_t
   // Query tiles of the kernel's own size (K/V shared by a prefill chunk's tokens) and of one
   // token each: the same results.
   for (const int32_t tile_tokens : {kernels::attention_tile_tokens(sh.n_heads, sh.n_kv_heads, sh.head_dim), 1}) {
-    std::vector<int32_t> first;
-    kernels::AttentionTiles tiles = kernels::attention_tiles(host_plan, tile_tokens, &first);
-    DeviceArray<int32_t> d_first(first);
-    tiles.first = d_first.get();
-    const int64_t ws_floats = kernels::paged_attention_workspace_floats(n_tokens, sh.n_heads, sh.n_kv_heads,
-                                                                       sh.head_dim, tiles.span);
-    DeviceArray<float> d_ws(static_cast<size_t>(std::max<int64_t>(ws_floats, 1))), d_out(q.size());
-    ASSERT_EQ(kernels::launch_paged_attention(d_q.get(), dev_cache, dev_plan, sh.n_heads, scale, tiles,
-                                              ws_floats ? d_ws.get() : nullptr, d_out.get(), nullptr), 0);
-    EXPECT_TRUE(all_near(d_out.to_host(), want, 2e-5f, 2e-6f))
-        << kernels::kv_type_name(type) << " heads " << sh.n_heads << "/" << sh.n_kv_heads
-        << " head_dim " << sh.head_dim << " tokens " << n_tokens << " tiles " << tiles.n_tiles << " of up to "
-        << tile_tokens << " longest context " << tiles.span.longest << " splits workspace " << ws_floats;
+    for (const bool general_loads : {false, true}) {
+      std::vector<int32_t> first;
+      kernels::AttentionTiles tiles = kernels::attention_tiles(host_plan, tile_tokens, &first);
+      DeviceArray<int32_t> d_first(first);
+      tiles.first = d_first.get();
+      tiles.general_loads = general_loads;
+      const bool wide = !general_loads && kernels::paged_attention_reads_wide(type, sh.n_heads, sh.n_kv_heads,
+                                                                              sh.head_dim, tiles.tile_tokens);
+      const int64_t ws_floats = kernels::paged_attention_workspace_floats(n_tokens, sh.n_heads, sh.n_kv_heads,
+                                                                         sh.head_dim, tiles.span);
+      DeviceArray<float> d_ws(static_cast<size_t>(std::max<int64_t>(ws_floats, 1))), d_out(q.size());
+      ASSERT_EQ(kernels::launch_paged_attention(d_q.get(), dev_cache, dev_plan, sh.n_heads, scale, tiles,
+                                                ws_floats ? d_ws.get() : nullptr, d_out.get(), nullptr), 0);
+      EXPECT_TRUE(all_near(d_out.to_host(), want, 2e-5f, 2e-6f))
+          << kernels::kv_type_name(type) << " heads " << sh.n_heads << "/" << sh.n_kv_heads
+          << " head_dim " << sh.head_dim << " tokens " << n_tokens << " tiles " << tiles.n_tiles << " of up to "
+          << tile_tokens << " longest context " << tiles.span.longest << " splits workspace " << ws_floats
+          << (wide ? ", 16-byte reads" : ", element reads");
+    }
   }
 }
 
@@ -207,6 +214,36 @@ TEST(AttentionShapes, ServedModelsAndWideMultiQueryOnesFit) {
   EXPECT_EQ(kernels::attention_tile_tokens(32, 32, 128), 16);
   EXPECT_EQ(kernels::attention_tile_tokens(12, 2, 128), 2);
   EXPECT_EQ(kernels::attention_tile_tokens(71, 1, 64), 1);
+}
+
+// Decode (a token per tile) reads the cache 16 bytes at a time for the served models in f16 and
+// f32, and in fp8 where the group is 4 heads or fewer (a thread's sums for 16 values a row);
+// prefill tiles, head_dim 8 in fp8 (less than a chunk) and wide multi-query groups read an
+// element at a time (host-side, no GPU needed).
+TEST(AttentionShapes, DecodeOfServedModelsReadsTheCacheSixteenBytesAtATime) {
+  using kernels::KvType;
+  struct Case {
+    const char* model;
+    Shape shape;
+    bool f16, f32, fp8;
+  };
+  for (const Case& c : {Case{"SmolLM2-135M", {9, 3, 64}, true, true, true},
+                        Case{"Qwen2.5-0.5B", {14, 2, 64}, true, true, false},
+                        Case{"Qwen2.5-1.5B", {12, 2, 128}, true, true, false},
+                        Case{"Llama-2-7B", {32, 32, 128}, true, true, true},
+                        Case{"Llama-3-8B", {32, 8, 128}, true, true, true},
+                        Case{"stories260K", {8, 4, 8}, true, true, false},
+                        Case{"Falcon-7B (multi-query)", {71, 1, 64}, false, false, false}}) {
+    const Shape& sh = c.shape;
+    EXPECT_EQ(kernels::paged_attention_reads_wide(KvType::kF16, sh.n_heads, sh.n_kv_heads, sh.head_dim, 1), c.f16)
+        << c.model << " f16";
+    EXPECT_EQ(kernels::paged_attention_reads_wide(KvType::kF32, sh.n_heads, sh.n_kv_heads, sh.head_dim, 1), c.f32)
+        << c.model << " f32";
+    EXPECT_EQ(kernels::paged_attention_reads_wide(KvType::kFp8E4M3, sh.n_heads, sh.n_kv_heads, sh.head_dim, 1), c.fp8)
+        << c.model << " fp8";
+  }
+  const int32_t prefill = kernels::attention_tile_tokens(32, 8, 128);
+  EXPECT_FALSE(kernels::paged_attention_reads_wide(KvType::kF16, 32, 8, 128, prefill)) << prefill << "-token tiles";
 }
 
 // The splits' workspace stays within the bound CudaBackend reserves before sizing the KV cache,

@@ -158,6 +158,7 @@ void append_key(std::string& key, const kernels::AttentionTiles& t) {
   append_key(key, t.tile_tokens);
   append_key(key, t.span.longest);
   append_key(key, t.span.total);
+  append_key(key, t.general_loads);
 }
 
 // The contexts attention's launch is sized by, rounded up (the longest to 256 positions, the sum to

@@ -191,9 +191,14 @@ TEST(AttentionTiles, CutAtTheSizeAndAtEachSequence) {
   EXPECT_EQ(tiles.first, first.data());
   EXPECT_EQ(tiles.span.longest, 41);
   EXPECT_EQ(tiles.span.total, 12 + 14 + 15 + 41 + 2 + 3);
+  EXPECT_EQ(tiles.tile_tokens, 2);
   tiles = kernels::attention_tiles(plan, 16, &first);
   EXPECT_EQ(first, (std::vector<int32_t>{0, 5, 6, 9}));
   EXPECT_EQ(tiles.span.total, 15 + 41 + 3);
+  EXPECT_EQ(tiles.tile_tokens, 5);  // the fullest tile's, not the 16 allowed
+  const std::vector<int32_t> three_seqs{0, 1, 2};
+  const kernels::AttentionPlan decodes{3, three_seqs.data(), pos.data(), nullptr, 1};
+  EXPECT_EQ(kernels::attention_tiles(decodes, 16, &first).tile_tokens, 1);
   tiles = kernels::attention_tiles(plan, 1, &first);  // one token a tile: every token's own context
   EXPECT_EQ(tiles.n_tiles, 9);
   EXPECT_EQ(tiles.span.longest, 41);
