@@ -337,11 +337,35 @@ int launch_paged_attention(const float* q, const PagedKV& cache, const Attention
 int launch_swiglu(const float* gate, const float* up, int64_t n, float* out, void* stream);
 int launch_add(float* x, const float* y, int64_t n, void* stream);
 int launch_add_rows(float* rows, const float* v, int32_t n_rows, int32_t dim, void* stream);
+// Products of one input with up to kMaxGemvProducts matrices of one type and width (Q, K and V;
+// gate and up) in one launch per 8 rows of input (the matrix-vector kernels: 16-bit, and 8-bit
+// for quantized weights): their output rows share the grid, so a small matrix (GQA's K and V)
+// does not leave most of the GPU idle in a launch of its own, and a step pays one launch where
+// it paid three. Each adds its bias, if any, to every row as it writes it.
+struct GemvProduct {
+  const void* w = nullptr;      // [n_out, n_in] in the launch's type, rows in GGUF's order
+  int32_t n_out = 0;
+  float* y = nullptr;           // [n_rows, n_out]
+  const float* bias = nullptr;  // [n_out], or null
+};
+constexpr int kMaxGemvProducts = 4;
+struct GemvProducts {
+  GemvProduct at[kMaxGemvProducts];
+  int32_t n = 0;
+};
+// The products' output rows as the launches assign them, on the host: warp `warp` (0-7) of
+// block `block` writes row *row of the output *y (null, -1: none); *n_blocks, the launch's blocks.
+int gemv_products_warp_row(const GemvProducts& products, int32_t block, int32_t warp, float** y, int32_t* row,
+                           int32_t* n_blocks);
 int launch_matmul_f16(const float* x, const uint16_t* w, int32_t n_rows, int32_t n_in,
                       int32_t n_out, float* y, void* stream);
+int launch_matmul_f16_products(const float* x, int32_t n_rows, int32_t n_in, const GemvProducts& products,
+                               void* stream);
 int launch_f32_to_f16(const float* x, int64_t n, uint16_t* out, void* stream);
 int launch_matmul_bf16(const float* x, const uint16_t* w, int32_t n_rows, int32_t n_in,
                        int32_t n_out, float* y, void* stream);
+int launch_matmul_bf16_products(const float* x, int32_t n_rows, int32_t n_in, const GemvProducts& products,
+                                void* stream);
 int launch_f32_to_bf16(const float* x, int64_t n, uint16_t* out, void* stream);
 // Quantized weights in their GGUF blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; n_in a
 // multiple of the block): y[r, o] = dot(dequantize(w[o]), x[r]) with f32 activations, for few rows
@@ -366,21 +390,8 @@ int decode_quant_unit(uint32_t weight_type, const void* row, int32_t unit, bool 
 // launch_matmul_q8_rows are its halves, so matrices of types that round alike (q8_rounds_alike)
 // share one rounding of their input. launch_matmul_q8_rows adds `bias` ([n_out], or null) to every
 // row of y as it writes it (a projection's bias, without a launch of its own).
-// launch_matmul_q8_products takes up to kMaxQ8Products matrices of one type and width over the
-// same rounded rows (Q, K and V; gate and up) in one launch per 8 rows: their output rows share
-// the grid, so a small matrix (GQA's K and V) does not leave most of the GPU idle for a launch of
-// its own, and the step pays one launch where it paid three.
-struct Q8Product {
-  const void* w = nullptr;      // [n_out, n_in] in the launch's type, rows in GGUF's order
-  int32_t n_out = 0;
-  float* y = nullptr;           // [n_rows, n_out]
-  const float* bias = nullptr;  // [n_out], or null
-};
-constexpr int kMaxQ8Products = 4;
-struct Q8Products {
-  Q8Product at[kMaxQ8Products];
-  int32_t n = 0;
-};
+// launch_matmul_q8_products takes several matrices over the same rounded rows, as
+// launch_matmul_f16_products does.
 size_t matmul_quant_q8_workspace_bytes(int32_t n_rows, int32_t n_in);
 bool q8_rounds_alike(uint32_t type_a, uint32_t type_b);
 int launch_matmul_quant_q8(uint32_t weight_type, const float* x, const void* w, int32_t n_rows, int32_t n_in,
@@ -390,18 +401,13 @@ int launch_quantize_q8(uint32_t weight_type, const float* x, int32_t n_rows, int
 int launch_matmul_q8_rows(uint32_t weight_type, const void* workspace, const void* w, int32_t n_rows, int32_t n_in,
                           int32_t n_out, float* y, const float* bias, void* stream);
 int launch_matmul_q8_products(uint32_t weight_type, const void* workspace, int32_t n_rows, int32_t n_in,
-                              const Q8Products& products, void* stream);
+                              const GemvProducts& products, void* stream);
 // The device's code for the above, run on the host (for tests on machines without a GPU):
 // quantize_activations_q8 fills a workspace as the launch does; quant_unit_q8_share is unit
 // `unit` of a weight row against the 32 activation bytes xq with their (d, s).
 int quantize_activations_q8(uint32_t weight_type, const float* x, int32_t n_rows, int32_t n_in, void* workspace);
 int quant_unit_q8_share(uint32_t weight_type, const void* row, int32_t unit, bool vector_loads, const int8_t* xq,
                         float d, float s, float* share);
-// The products' output rows as launch_matmul_q8_products assigns them, on the host: warp `warp`
-// (0-7) of block `block` writes row *row of the output *y (null, -1: none); *n_blocks, the
-// launch's blocks.
-int q8_products_warp_row(const Q8Products& products, int32_t block, int32_t warp, float** y, int32_t* row,
-                         int32_t* n_blocks);
 // out[n_rows, n_in] = the rows dequantized and rounded to f16 (for a cuBLAS product of many rows).
 int launch_dequantize_f16(uint32_t weight_type, const void* w, int32_t n_rows, int32_t n_in, uint16_t* out,
                           void* stream);

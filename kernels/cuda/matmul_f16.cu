@@ -2,7 +2,8 @@
 // stages a stretch of every activation row in shared memory, then each of its warps streams one
 // weight row in 16-byte loads and applies it to all of them: one launch serves 1 to 8 rows, so
 // each weight byte is read once per 8 rows whatever their count. Batch-1 decode is bound by these
-// weight reads.
+// weight reads. Matrices of one input (Q, K and V; gate and up) can share a launch, their output
+// rows laid one after another over the grid (gemv_products.cuh), each with its bias.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -10,12 +11,14 @@
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemv_products.cuh"
 #include "kernels/kernels.h"
 
 namespace helios::kernels {
 namespace {
 
 constexpr int kThreads = 256;         // 8 warps, 8 output rows per block
+static_assert(kThreads / 32 == cuda::kGemvWarps, "a warp per output row, as gemv_products.cuh lays them out");
 constexpr int kMaxRows = 8;           // activation rows one launch serves
 constexpr int kStageFloats = 8192;    // 32 KiB of activations staged at a time
 
@@ -36,14 +39,14 @@ template <>
 struct Pair<__nv_bfloat16> { using type = __nv_bfloat162; };
 
 template <typename W, int R, bool kVector>
-__global__ void __launch_bounds__(kThreads) gemv_16bit_kernel(const float* x, const W* w, int32_t n_in,
-                                                              int32_t n_out, float* y) {
+__global__ void __launch_bounds__(kThreads) gemv_16bit_kernel(const float* x, cuda::GemvTargets t, int32_t n_in) {
   constexpr int32_t kCols = kStageCols<R>;
   __shared__ __align__(16) float xs[R * kCols];
   const int lane = threadIdx.x % 32;
-  const int32_t o = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
+  const cuda::WarpRow m = cuda::warp_row(t, static_cast<int32_t>(blockIdx.x), static_cast<int32_t>(threadIdx.x / 32));
+  const int32_t o = m.o, n_out = m.n_out;
   const bool active = o < n_out;  // every thread stages, even without a row of its own
-  const W* wr = w + static_cast<int64_t>(active ? o : 0) * n_in;
+  const W* wr = static_cast<const W*>(m.w) + static_cast<int64_t>(active ? o : 0) * n_in;
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
@@ -82,38 +85,46 @@ __global__ void __launch_bounds__(kThreads) gemv_16bit_kernel(const float* x, co
     }
   }
   if (!active) return;
+  // The output and bias picked again here rather than held in registers through the loop.
+  const cuda::WarpRow out = cuda::warp_row(t, static_cast<int32_t>(blockIdx.x), static_cast<int32_t>(threadIdx.x / 32));
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const float s = cuda::warp_sum(acc[r]);
-    if (lane == 0) y[static_cast<int64_t>(r) * n_out + o] = s;
-  }
-}
-
-template <typename W, int R>
-void launch_rows(const float* x, const W* w, int32_t n_in, int32_t n_out, float* y, bool vec, cudaStream_t stream) {
-  const unsigned blocks = (n_out + kThreads / 32 - 1) / (kThreads / 32);
-  if (vec) {
-    gemv_16bit_kernel<W, R, true><<<blocks, kThreads, 0, stream>>>(x, w, n_in, n_out, y);
-  } else {
-    gemv_16bit_kernel<W, R, false><<<blocks, kThreads, 0, stream>>>(x, w, n_in, n_out, y);
+    if (lane == 0) out.y[static_cast<int64_t>(r) * n_out + o] = out.bias ? s + out.bias[o] : s;
   }
 }
 
 template <typename W>
-int gemv_16bit(const float* x, const uint16_t* w, int32_t n_rows, int32_t n_in, int32_t n_out, float* y,
-               void* stream) {
-  if (n_rows <= 0 || n_out <= 0) return 0;
-  const auto* wt = reinterpret_cast<const W*>(w);
+int gemv_16bit(const float* x, int32_t n_rows, int32_t n_in, const GemvProducts& products, void* stream) {
+  if (n_rows <= 0) return 0;
+  cuda::GemvTargets t;
+  int32_t blocks = 0;
+  if (n_in <= 0 || !cuda::make_targets(products, &t, &blocks)) return static_cast<int>(cudaErrorInvalidValue);
+  if (t.n == 0) return 0;
   // 16-byte weight loads need 8-value rows on 16-byte boundaries (cudaMalloc gives 256).
-  const bool vec = n_in % 8 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  const bool vec = n_in % 8 == 0 && cuda::or_of_addresses(t) % 16 == 0;
   const cudaStream_t s = cuda::as_stream(stream);
   for (int32_t r = 0; r < n_rows; r += kMaxRows) {
-    const int64_t at = r;
+    cuda::GemvTargets tr = t;  // rows r.. of each output
+    for (int k = 0; k < t.n; ++k) tr.y[k] = t.y[k] + static_cast<int64_t>(r) * t.n_out[k];
+    const float* xr = x + static_cast<int64_t>(r) * n_in;
     cuda::with_row_count(std::min(kMaxRows, n_rows - r), [&](auto rows) {
-      launch_rows<W, decltype(rows)::value>(x + at * n_in, wt, n_in, n_out, y + at * n_out, vec, s);
+      constexpr int R = decltype(rows)::value;
+      if (vec) {
+        gemv_16bit_kernel<W, R, true><<<blocks, kThreads, 0, s>>>(xr, tr, n_in);
+      } else {
+        gemv_16bit_kernel<W, R, false><<<blocks, kThreads, 0, s>>>(xr, tr, n_in);
+      }
     });
   }
   return cuda::launch_status();
+}
+
+GemvProducts one_product(const uint16_t* w, int32_t n_out, float* y) {
+  GemvProducts one;
+  one.at[0] = {w, n_out, y, nullptr};
+  one.n = 1;
+  return one;
 }
 
 __global__ void f32_to_f16_kernel(const float* x, int64_t n, __half* out) {
@@ -139,12 +150,22 @@ unsigned grid_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n
 
 int launch_matmul_f16(const float* x, const uint16_t* w, int32_t n_rows, int32_t n_in,
                       int32_t n_out, float* y, void* stream) {
-  return gemv_16bit<__half>(x, w, n_rows, n_in, n_out, y, stream);
+  return gemv_16bit<__half>(x, n_rows, n_in, one_product(w, n_out, y), stream);
+}
+
+int launch_matmul_f16_products(const float* x, int32_t n_rows, int32_t n_in, const GemvProducts& products,
+                               void* stream) {
+  return gemv_16bit<__half>(x, n_rows, n_in, products, stream);
 }
 
 int launch_matmul_bf16(const float* x, const uint16_t* w, int32_t n_rows, int32_t n_in,
                        int32_t n_out, float* y, void* stream) {
-  return gemv_16bit<__nv_bfloat16>(x, w, n_rows, n_in, n_out, y, stream);
+  return gemv_16bit<__nv_bfloat16>(x, n_rows, n_in, one_product(w, n_out, y), stream);
+}
+
+int launch_matmul_bf16_products(const float* x, int32_t n_rows, int32_t n_in, const GemvProducts& products,
+                                void* stream) {
+  return gemv_16bit<__nv_bfloat16>(x, n_rows, n_in, products, stream);
 }
 
 int launch_f32_to_f16(const float* x, int64_t n, uint16_t* out, void* stream) {

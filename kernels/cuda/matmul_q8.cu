@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemv_products.cuh"
 #include "kernels/cuda/quant_units.cuh"
 #include "kernels/kernels.h"
 
@@ -26,6 +27,7 @@ using cuda::kUnit;
 using cuda::QuantInts;
 
 constexpr int kThreads = 256;  // 8 warps, 8 output rows per block
+static_assert(kThreads / 32 == cuda::kGemvWarps, "a warp per output row, as gemv_products.cuh lays them out");
 constexpr int kMaxRows = 8;    // activation rows one launch serves
 
 // --- The activations' rounding, per unit of 32 values.
@@ -180,71 +182,17 @@ void quantize_on_host(const float* x, int32_t n_rows, const Q8Rows& rows) {
 template <int R>
 constexpr int kMinBlocksPerSm = R == 1 ? 0 : R <= 6 ? 3 : 2;  // 0: unspecified
 
-// The matrices of one launch as the kernel reads them: block b serves matrix k where
-// first_block[k] <= b < first_block[k + 1], 8 of its output rows. Only matrices with rows.
-struct Targets {
-  const uint8_t* w[kMaxQ8Products];
-  float* y[kMaxQ8Products];
-  const float* bias[kMaxQ8Products];
-  int32_t n_out[kMaxQ8Products];
-  int32_t first_block[kMaxQ8Products];
-  int32_t n;
-};
-constexpr int kWarps = kThreads / 32;  // output rows per block
-
-// Targets of the products, and the blocks they take; false for a product with rows but no
-// matrix or output, too many products, or more blocks than a grid holds.
-bool make_targets(const Q8Products& products, Targets* t, int32_t* n_blocks) {
-  *t = Targets{};
-  int64_t blocks = 0;
-  if (products.n < 0 || products.n > kMaxQ8Products) return false;
-  for (int k = 0; k < products.n; ++k) {
-    const Q8Product& p = products.at[k];
-    if (p.n_out <= 0) continue;
-    if (!p.w || !p.y) return false;
-    t->w[t->n] = static_cast<const uint8_t*>(p.w);
-    t->y[t->n] = p.y;
-    t->bias[t->n] = p.bias;
-    t->n_out[t->n] = p.n_out;
-    t->first_block[t->n] = static_cast<int32_t>(blocks);
-    blocks += (p.n_out + kWarps - 1) / kWarps;
-    ++t->n;
-  }
-  if (blocks > INT_MAX) return false;
-  *n_blocks = static_cast<int32_t>(blocks);
-  return true;
-}
-
-// The matrix and output row warp `warp` of block `block` computes (none when o >= n_out). The
-// matrix is picked with constant indices, so that in the kernel its fields stay parameters.
-struct WarpRow {
-  const uint8_t* w;
-  float* y;
-  const float* bias;
-  int32_t n_out, o;
-};
-HD WarpRow warp_row(const Targets& t, int32_t block, int32_t warp) {
-  WarpRow m{t.w[0], t.y[0], t.bias[0], t.n_out[0], block * kWarps + warp};
-#pragma unroll
-  for (int k = 1; k < kMaxQ8Products; ++k) {
-    if (k < t.n && block >= t.first_block[k]) {
-      m = {t.w[k], t.y[k], t.bias[k], t.n_out[k], (block - t.first_block[k]) * kWarps + warp};
-    }
-  }
-  return m;
-}
-
 template <uint32_t kType, int R, bool kVector>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<R>) gemv_q8_kernel(Q8Rows xq, Targets t,
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<R>) gemv_q8_kernel(Q8Rows xq, cuda::GemvTargets t,
                                                                                int64_t row_bytes) {
-  const WarpRow m = warp_row(t, static_cast<int32_t>(blockIdx.x), static_cast<int32_t>(threadIdx.x / 32));
+  const cuda::WarpRow m = cuda::warp_row(t, static_cast<int32_t>(blockIdx.x), static_cast<int32_t>(threadIdx.x / 32));
   const int32_t o = m.o, n_out = m.n_out;
   if (o >= n_out) return;
   const int lane = threadIdx.x % 32;
   float* __restrict__ y = m.y;
   const float* __restrict__ bias = m.bias;
   const int32_t n_units = xq.n_in / kUnit;
-  const uint8_t* wr = m.w + static_cast<int64_t>(o) * row_bytes;
+  const uint8_t* wr = static_cast<const uint8_t*>(m.w) + static_cast<int64_t>(o) * row_bytes;
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
@@ -282,16 +230,13 @@ struct Quantize {
 };
 
 // One launch per kMaxRows rows (the last may have fewer): each weight byte read once per launch.
-// Vector loads need every matrix 16-byte aligned: their addresses OR-ed are, exactly when each is.
 template <uint32_t kType>
 struct GemvQ8 {
-  static int run(Q8Rows xq, Targets t, int64_t row_bytes, int32_t n_rows, unsigned blocks, cudaStream_t s) {
-    uintptr_t addresses = 0;
-    for (int k = 0; k < t.n; ++k) addresses |= reinterpret_cast<uintptr_t>(t.w[k]);
-    const auto* any = reinterpret_cast<const uint8_t*>(addresses);
+  static int run(Q8Rows xq, cuda::GemvTargets t, int64_t row_bytes, int32_t n_rows, unsigned blocks, cudaStream_t s) {
+    const auto* any = reinterpret_cast<const uint8_t*>(cuda::or_of_addresses(t));
     for (int32_t r = 0; r < n_rows; r += kMaxRows) {
       const Q8Rows rows{xq.base + r * xq.stride, xq.n_in, xq.stride};
-      Targets tr = t;
+      cuda::GemvTargets tr = t;
       for (int k = 0; k < t.n; ++k) tr.y[k] = t.y[k] + static_cast<int64_t>(r) * t.n_out[k];
       cuda::with_row_count(std::min(kMaxRows, n_rows - r), [&](auto count) {
         cuda::with_loads<kType>(any, row_bytes, [&](auto vector) {
@@ -355,22 +300,22 @@ int launch_quantize_q8(uint32_t weight_type, const float* x, int32_t n_rows, int
 
 int launch_matmul_q8_rows(uint32_t weight_type, const void* workspace, const void* w, int32_t n_rows, int32_t n_in,
                           int32_t n_out, float* y, const float* bias, void* stream) {
-  Q8Products one;
+  GemvProducts one;
   one.at[0] = {w, n_out, y, bias};
   one.n = 1;
   return launch_matmul_q8_products(weight_type, workspace, n_rows, n_in, one, stream);
 }
 
 int launch_matmul_q8_products(uint32_t weight_type, const void* workspace, int32_t n_rows, int32_t n_in,
-                              const Q8Products& products, void* stream) {
+                              const GemvProducts& products, void* stream) {
   if (n_rows <= 0) return 0;
   const int64_t row_bytes = cuda::row_bytes_of(weight_type, n_in);
   if (row_bytes == 0 || !workspace || reinterpret_cast<uintptr_t>(workspace) % 16 != 0) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  Targets t;
+  cuda::GemvTargets t;
   int32_t blocks = 0;
-  if (!make_targets(products, &t, &blocks)) return static_cast<int>(cudaErrorInvalidValue);
+  if (!cuda::make_targets(products, &t, &blocks)) return static_cast<int>(cudaErrorInvalidValue);
   if (t.n == 0) return 0;
   return cuda::dispatch<GemvQ8>(weight_type, q8_rows(workspace, n_in), t, row_bytes, n_rows,
                                 static_cast<unsigned>(blocks), cuda::as_stream(stream));
@@ -392,16 +337,16 @@ int quantize_activations_q8(uint32_t weight_type, const float* x, int32_t n_rows
   return cuda::dispatch<QuantizeOnHost>(weight_type, x, n_rows, q8_rows(workspace, n_in));
 }
 
-int q8_products_warp_row(const Q8Products& products, int32_t block, int32_t warp, float** y, int32_t* row,
-                         int32_t* n_blocks) {
-  Targets t;
-  if (!make_targets(products, &t, n_blocks) || warp < 0 || warp >= kWarps) {
+int gemv_products_warp_row(const GemvProducts& products, int32_t block, int32_t warp, float** y, int32_t* row,
+                           int32_t* n_blocks) {
+  cuda::GemvTargets t;
+  if (!cuda::make_targets(products, &t, n_blocks) || warp < 0 || warp >= cuda::kGemvWarps) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   *y = nullptr;
   *row = -1;
   if (block < 0 || block >= *n_blocks) return 0;
-  const WarpRow m = warp_row(t, block, warp);
+  const cuda::WarpRow m = cuda::warp_row(t, block, warp);
   if (m.o < m.n_out) *y = m.y, *row = m.o;
   return 0;
 }

@@ -129,8 +129,9 @@ TEST(CudaBackend, QuantizedMatmulMatchesTheCpuBackendThenTheDequantizedReference
 }
 
 // matmuls: the outputs that round their input alike share one rounding (of the most rows any
-// reads), the others take their own path; every output has the bits of a matmul of its own,
-// whatever the order (a Q8_0 output between K-quant ones rounds into the same scratch).
+// reads), those of one type and row count one launch (the two F16 ones here), the others take
+// their own path; every output has the bits of a matmul of its own plus its bias, whatever the
+// order (a Q8_0 output between K-quant ones rounds into the same scratch).
 TEST(CudaBackend, MatmulsOfOneInputGiveTheBitsOfSeparateProductsAndBiases) {
   HELIOS_REQUIRE_GPU();
   auto be = cuda_backend();
@@ -142,7 +143,8 @@ TEST(CudaBackend, MatmulsOfOneInputGiveTheBitsOfSeparateProductsAndBiases) {
     bool biased;  // a bias on every row: added as the 8-bit kernel writes, or by add_rows after cuBLAS
   };
   const Part parts[] = {{TensorType::kQ4_K, 3, true}, {TensorType::kQ8_0, 5, false}, {TensorType::kQ6_K, 5, true},
-                        {TensorType::kF16, 2, true}, {TensorType::kQ4_K, 0, true}};
+                        {TensorType::kF16, 2, true},  {TensorType::kQ4_K, 0, true},  {TensorType::kF16, 2, false},
+                        {TensorType::kBF16, 5, true}};
   const auto x = normal_floats(static_cast<size_t>(n_rows) * n_in, 61);
   Buffer dx(be.get(), x.size());
   be->upload(dx.data(), x.data(), x.size());
@@ -166,7 +168,9 @@ TEST(CudaBackend, MatmulsOfOneInputGiveTheBitsOfSeparateProductsAndBiases) {
                           {&matrices[1], parts[1].rows, together[1]->data(), bias_of(1)},
                           {&matrices[2], parts[2].rows, together[2]->data(), bias_of(2)},
                           {&matrices[3], parts[3].rows, together[3]->data(), bias_of(3)},
-                          {&matrices[4], parts[4].rows, together[4]->data(), bias_of(4)}});
+                          {&matrices[4], parts[4].rows, together[4]->data(), bias_of(4)},
+                          {&matrices[5], parts[5].rows, together[5]->data(), bias_of(5)},
+                          {&matrices[6], parts[6].rows, together[6]->data(), bias_of(6)}});
   for (size_t i = 0; i < std::size(parts); ++i) {
     if (parts[i].rows == 0) continue;
     be->matmul(dx.data(), matrices[i], parts[i].rows, alone[i]->data());

@@ -1,8 +1,10 @@
 // 16-bit weights: launch_matmul_f16 / launch_matmul_bf16 against ref_matmul_f16 / ref_matmul_bf16,
-// launch_f32_to_f16 / launch_f32_to_bf16 against their twins.
+// their products of several matrices in one launch against a launch each, launch_f32_to_f16 /
+// launch_f32_to_bf16 against their twins.
 // Tolerance for the product: 1e-5 · Σ|w·x| per output (float sums of n_in products in another
 // order: about sqrt(n_in) · 2^-24 relative to that sum). The conversion is exact.
 #include <cmath>
+#include <memory>
 
 #include "gpu/gpu_test_util.h"
 #include "kernels/kernels.h"
@@ -60,6 +62,61 @@ TEST(GpuParity, MatmulF16MatchesTheCpuTwin) {
 TEST(GpuParity, MatmulBf16MatchesTheCpuTwin) {
   HELIOS_REQUIRE_GPU();
   expect_matmul_matches("bf16", kernels::ref_f32_to_bf16, kernels::ref_matmul_bf16, kernels::launch_matmul_bf16);
+}
+
+// Matrices of one type in one launch (Q with GQA's narrow K and V, a matrix of no rows, biases):
+// each the bits of a launch of its own, at 1 to 8 rows and past 8, with 16-byte loads and, one
+// matrix placed 2 bytes off, without.
+using LaunchProducts = int (*)(const float*, int32_t, int32_t, const kernels::GemvProducts&, void*);
+void expect_products_match(const char* type, Convert to_16, LaunchMatmul launch, LaunchProducts launch_products) {
+  const int32_t n_in = 512;
+  const int32_t n_outs[] = {200, 24, 0, 25};
+  DeviceArray<float> d_bias(normal_floats(200, 31));
+  for (const size_t offset : {size_t{0}, size_t{1}}) {  // in 16-bit values
+    for (const int32_t n_rows : {1, 5, 11}) {
+      SCOPED_TRACE(std::string(type) + ", " + std::to_string(n_rows) + " rows, offset " + std::to_string(offset));
+      DeviceArray<float> d_x(normal_floats(static_cast<size_t>(n_rows) * n_in, 37));
+      std::vector<std::unique_ptr<DeviceArray<uint16_t>>> d_w;
+      std::vector<std::unique_ptr<DeviceArray<float>>> d_together, d_alone;
+      kernels::GemvProducts products;
+      for (int k = 0; k < 4; ++k) {
+        const size_t shift = k == 3 ? offset : 0;
+        auto w = convert(to_16, normal_floats(shift + static_cast<size_t>(std::max(n_outs[k], 1)) * n_in, 41 + k, 0.05f));
+        d_w.push_back(std::make_unique<DeviceArray<uint16_t>>(w));
+        const size_t n_y = static_cast<size_t>(n_rows) * std::max(n_outs[k], 1);
+        d_together.push_back(std::make_unique<DeviceArray<float>>(std::vector<float>(n_y, -1.0f)));
+        d_alone.push_back(std::make_unique<DeviceArray<float>>(std::vector<float>(n_y, -1.0f)));
+        const uint16_t* wk = d_w.back()->get() + shift;
+        const float* bk = k == 0 || k == 3 ? d_bias.get() : nullptr;
+        products.at[k] = {wk, n_outs[k], d_together.back()->get(), bk};
+        ASSERT_EQ(launch(d_x.get(), wk, n_rows, n_in, n_outs[k], d_alone.back()->get(), nullptr), 0);
+        if (bk && n_outs[k] > 0) {
+          ASSERT_EQ(kernels::launch_add_rows(d_alone.back()->get(), bk, n_rows, n_outs[k], nullptr), 0);
+        }
+      }
+      products.n = 4;
+      ASSERT_EQ(launch_products(d_x.get(), n_rows, n_in, products, nullptr), 0);
+      for (int k = 0; k < 4; ++k) {
+        const auto got = d_together[k]->to_host();
+        if (offset == 0 || k == 3) {  // an unaligned matrix takes every matrix of the launch off 16-byte loads
+          EXPECT_EQ(got, d_alone[k]->to_host()) << "matrix " << k;
+        }
+        if (n_outs[k] > 0) EXPECT_NE(got[0], -1.0f) << "matrix " << k << " was not written";
+      }
+      EXPECT_EQ(d_together[2]->to_host(), std::vector<float>(n_rows, -1.0f)) << "the matrix of no rows was written";
+    }
+  }
+}
+
+TEST(GpuParity, MatmulF16ProductsInOneLaunchAreEachTheirOwn) {
+  HELIOS_REQUIRE_GPU();
+  expect_products_match("f16", kernels::ref_f32_to_f16, kernels::launch_matmul_f16, kernels::launch_matmul_f16_products);
+}
+
+TEST(GpuParity, MatmulBf16ProductsInOneLaunchAreEachTheirOwn) {
+  HELIOS_REQUIRE_GPU();
+  expect_products_match("bf16", kernels::ref_f32_to_bf16, kernels::launch_matmul_bf16,
+                        kernels::launch_matmul_bf16_products);
 }
 
 TEST(GpuParity, F32ToBf16RoundsAsTheCpuTwin) {

@@ -401,7 +401,7 @@ TEST(GpuParity, MatmulQuantizedQ8MatchesTheCpuBackend) {
 TEST(QuantDecoders, ProductsInOneLaunchGiveEachOutputRowOneWarp) {
   const int32_t n_outs[] = {200, 24, 0, 25};
   std::vector<std::vector<float>> ys;
-  kernels::Q8Products products;
+  kernels::GemvProducts products;
   uint8_t weights = 0;
   for (int k = 0; k < 4; ++k) {
     ys.emplace_back(1);
@@ -410,14 +410,14 @@ TEST(QuantDecoders, ProductsInOneLaunchGiveEachOutputRowOneWarp) {
   products.n = 4;
   float* y = nullptr;
   int32_t row = 0, n_blocks = 0;
-  ASSERT_EQ(kernels::q8_products_warp_row(products, 0, 0, &y, &row, &n_blocks), 0);
+  ASSERT_EQ(kernels::gemv_products_warp_row(products, 0, 0, &y, &row, &n_blocks), 0);
   EXPECT_EQ(n_blocks, 25 + 3 + 0 + 4);
   std::vector<std::vector<int>> writes(4);
   for (int k = 0; k < 4; ++k) writes[k].assign(n_outs[k], 0);
   int idle = 0;
   for (int32_t b = 0; b < n_blocks + 1; ++b) {  // one block past the grid: nothing
     for (int32_t warp = 0; warp < 8; ++warp) {
-      ASSERT_EQ(kernels::q8_products_warp_row(products, b, warp, &y, &row, &n_blocks), 0);
+      ASSERT_EQ(kernels::gemv_products_warp_row(products, b, warp, &y, &row, &n_blocks), 0);
       if (!y) {
         EXPECT_EQ(row, -1);
         ++idle;
@@ -435,15 +435,15 @@ TEST(QuantDecoders, ProductsInOneLaunchGiveEachOutputRowOneWarp) {
   }
   EXPECT_EQ(idle, (32 - 25) + 8);  // the last block's spare warps, and the block past the grid
   // Refused: more products than a launch takes, and rows to write with no matrix.
-  kernels::Q8Products bad = products;
-  bad.n = kernels::kMaxQ8Products + 1;
-  EXPECT_NE(kernels::q8_products_warp_row(bad, 0, 0, &y, &row, &n_blocks), 0);
+  kernels::GemvProducts bad = products;
+  bad.n = kernels::kMaxGemvProducts + 1;
+  EXPECT_NE(kernels::gemv_products_warp_row(bad, 0, 0, &y, &row, &n_blocks), 0);
   bad = products;
   bad.at[1].w = nullptr;
-  EXPECT_NE(kernels::q8_products_warp_row(bad, 0, 0, &y, &row, &n_blocks), 0);
+  EXPECT_NE(kernels::gemv_products_warp_row(bad, 0, 0, &y, &row, &n_blocks), 0);
   bad = products;
   bad.at[2].w = nullptr;  // the empty one: no rows, nothing to read
-  EXPECT_EQ(kernels::q8_products_warp_row(bad, 0, 0, &y, &row, &n_blocks), 0);
+  EXPECT_EQ(kernels::gemv_products_warp_row(bad, 0, 0, &y, &row, &n_blocks), 0);
 }
 
 // Matrices of one type in one launch (Q with GQA's narrow K and V; a matrix of no rows; biases):
@@ -467,7 +467,7 @@ TEST(GpuParity, MatmulQuantizedProductsInOneLaunchAreEachTheirOwn) {
                                               ws_bytes, nullptr), 0);
         std::vector<std::unique_ptr<DeviceArray<uint8_t>>> d_w;
         std::vector<std::unique_ptr<DeviceArray<float>>> d_together, d_alone;
-        kernels::Q8Products products;
+        kernels::GemvProducts products;
         for (int k = 0; k < 4; ++k) {
           const QuantWeights w = quantized(type, std::max(n_outs[k], 1), n_in, 41 + k);
           std::vector<uint8_t> placed(offset + w.bytes.size());
@@ -494,8 +494,8 @@ TEST(GpuParity, MatmulQuantizedProductsInOneLaunchAreEachTheirOwn) {
       }
     }
   }
-  kernels::Q8Products too_many;
-  too_many.n = kernels::kMaxQ8Products + 1;
+  kernels::GemvProducts too_many;
+  too_many.n = kernels::kMaxGemvProducts + 1;
   DeviceArray<uint8_t> ws(kernels::matmul_quant_q8_workspace_bytes(1, 256));
   EXPECT_NE(kernels::launch_matmul_q8_products(static_cast<uint32_t>(TensorType::kQ4_K), ws.get(), 1, 256, too_many,
                                                nullptr), 0);

@@ -142,10 +142,10 @@ void append_key(std::string& key, const kernels::RopeParams& r) {
   append_key(key, r.corr_high);
   append_key(key, r.mscale);
 }
-void append_key(std::string& key, const kernels::Q8Products& products) {
+void append_key(std::string& key, const kernels::GemvProducts& products) {
   append_key(key, products.n);
   for (int32_t k = 0; k < products.n; ++k) {
-    const kernels::Q8Product& p = products.at[k];
+    const kernels::GemvProduct& p = products.at[k];
     append_key(key, p.w);
     append_key(key, p.n_out);
     append_key(key, p.y);
@@ -298,7 +298,9 @@ class CudaBackend final : public Backend {
   void gemv_q8(const void* q8, const WeightMatrix& w, int32_t n_rows, float* y);
   // Products of one type, width and row count over the same rounded rows, their biases added as
   // they are written, in one launch per 8 rows.
-  void gemv_q8(const void* q8, TensorType type, int32_t n_rows, int32_t n_in, const kernels::Q8Products& products);
+  void gemv_q8(const void* q8, TensorType type, int32_t n_rows, int32_t n_in, const kernels::GemvProducts& products);
+  // The same for F16 or BF16 matrices over x itself.
+  void gemv_16bit(const float* x, TensorType type, int32_t n_rows, int32_t n_in, const kernels::GemvProducts& products);
   cudaError_t grow_scratch(Scratch which, size_t bytes);  // at least `bytes` in scratch_[which]
 
   int device_;
@@ -711,17 +713,10 @@ void CudaBackend::matmul(const float* x, const WeightMatrix& w, int32_t n_rows, 
     return;
   }
   if (n_rows <= kGemvMaxRows) {
-    launch("gemv", [](CudaBackend& b, const float* x, const WeightMatrix& w, int32_t n_rows, float* y) {
-      if (w.type == TensorType::kBF16) {
-        b.ok_launch(kernels::launch_matmul_bf16(x, static_cast<const uint16_t*>(w.data), n_rows, w.n_in, w.n_out, y,
-                                                b.stream_),
-                    "launch_matmul_bf16");
-      } else {
-        b.ok_launch(kernels::launch_matmul_f16(x, static_cast<const uint16_t*>(w.data), n_rows, w.n_in, w.n_out, y,
-                                               b.stream_),
-                    "launch_matmul_f16");
-      }
-    }, x, w, n_rows, y);
+    kernels::GemvProducts one;
+    one.at[0] = {w.data, w.n_out, y, nullptr};
+    one.n = 1;
+    gemv_16bit(x, w.type, n_rows, w.n_in, one);
     return;
   }
   auto* xh = static_cast<uint16_t*>(scratch(kScratchHalfX, half_rows_bytes(n_rows, w)));
@@ -792,26 +787,57 @@ void* CudaBackend::round_q8(const float* x, const WeightMatrix& w, int32_t n_row
 }
 
 void CudaBackend::gemv_q8(const void* q8, const WeightMatrix& w, int32_t n_rows, float* y) {
-  kernels::Q8Products one;
+  kernels::GemvProducts one;
   one.at[0] = {w.data, w.n_out, y, nullptr};
   one.n = 1;
   gemv_q8(q8, w.type, n_rows, w.n_in, one);
 }
 
 void CudaBackend::gemv_q8(const void* q8, TensorType type, int32_t n_rows, int32_t n_in,
-                          const kernels::Q8Products& products) {
+                          const kernels::GemvProducts& products) {
   launch("gemv_q8", [](CudaBackend& b, const void* q8, TensorType type, int32_t n_rows, int32_t n_in,
-                       kernels::Q8Products products) {
+                       kernels::GemvProducts products) {
     b.ok_launch(kernels::launch_matmul_q8_products(static_cast<uint32_t>(type), q8, n_rows, n_in, products, b.stream_),
                 "launch_matmul_q8_products");
   }, q8, type, n_rows, n_in, products);
 }
 
+void CudaBackend::gemv_16bit(const float* x, TensorType type, int32_t n_rows, int32_t n_in,
+                             const kernels::GemvProducts& products) {
+  launch("gemv", [](CudaBackend& b, const float* x, TensorType type, int32_t n_rows, int32_t n_in,
+                    kernels::GemvProducts products) {
+    if (type == TensorType::kBF16) {
+      b.ok_launch(kernels::launch_matmul_bf16_products(x, n_rows, n_in, products, b.stream_),
+                  "launch_matmul_bf16_products");
+    } else {
+      b.ok_launch(kernels::launch_matmul_f16_products(x, n_rows, n_in, products, b.stream_),
+                  "launch_matmul_f16_products");
+    }
+  }, x, type, n_rows, n_in, products);
+}
+
+// The first output left, with the others of its type, width and row count (up to a launch's
+// kMaxGemvProducts), taken out of `left` as one launch's products.
+kernels::GemvProducts take_launch(std::vector<const Backend::MatmulOutput*>& left) {
+  const Backend::MatmulOutput first = *left.front();
+  kernels::GemvProducts group;
+  std::erase_if(left, [&](const Backend::MatmulOutput* o) {
+    if (group.n == kernels::kMaxGemvProducts || o->w->type != first.w->type || o->w->n_in != first.w->n_in ||
+        o->n_rows != first.n_rows) {
+      return false;
+    }
+    group.at[group.n++] = {o->w->data, o->w->n_out, o->y, o->bias};
+    return true;
+  });
+  return group;
+}
+
 // The outputs the 8-bit kernel takes that round x as the first of them does share one rounding,
-// of the most rows any of them reads; those of one type and row count share a launch too (Q, K
-// and V, or gate and up, of one type in one), which adds their biases as it writes. They run
-// first, since any other quantized product rounds its own input into the same scratch. The
-// others take matmul, then one add_rows for a bias.
+// of the most rows any of them reads; they run first, since any other quantized product rounds
+// its own input into the same scratch. Outputs on a matrix-vector kernel (those, and F16/BF16
+// ones of up to kGemvMaxRows rows) of one type and row count share a launch (Q, K and V, or gate
+// and up, of one type in one), which adds their biases as it writes. The others take matmul,
+// then one add_rows for a bias.
 void CudaBackend::matmuls(const float* x, std::initializer_list<MatmulOutput> outputs) {
   bind();
   const MatmulOutput* lead = nullptr;
@@ -821,30 +847,30 @@ void CudaBackend::matmuls(const float* x, std::initializer_list<MatmulOutput> ou
     return !lead || (w.n_in == lead->w->n_in &&
                      kernels::q8_rounds_alike(static_cast<uint32_t>(lead->w->type), static_cast<uint32_t>(w.type)));
   };
+  auto sixteen_bit = [](const MatmulOutput& o) {
+    return o.n_rows > 0 && o.n_rows <= kGemvMaxRows && (o.w->type == TensorType::kF16 || o.w->type == TensorType::kBF16);
+  };
   int32_t rows = 0;
-  std::vector<const MatmulOutput*> pending;
+  std::vector<const MatmulOutput*> rounded, halves;
   for (const MatmulOutput& o : outputs) {
+    if (sixteen_bit(o)) halves.push_back(&o);
     if (!shares(o)) continue;
     if (!lead) lead = &o;
     rows = std::max(rows, o.n_rows);
-    pending.push_back(&o);
+    rounded.push_back(&o);
   }
   if (const void* q8 = lead ? round_q8(x, *lead->w, rows) : nullptr) {
-    while (!pending.empty()) {  // the first left, with those of its type and rows: one launch
-      const MatmulOutput& first = *pending.front();
-      kernels::Q8Products group;
-      std::erase_if(pending, [&](const MatmulOutput* o) {
-        if (group.n == kernels::kMaxQ8Products || o->w->type != first.w->type || o->n_rows != first.n_rows) {
-          return false;
-        }
-        group.at[group.n++] = {o->w->data, o->w->n_out, o->y, o->bias};
-        return true;
-      });
-      gemv_q8(q8, first.w->type, first.n_rows, first.w->n_in, group);
+    while (!rounded.empty()) {
+      const MatmulOutput& first = *rounded.front();
+      gemv_q8(q8, first.w->type, first.n_rows, first.w->n_in, take_launch(rounded));
     }
   }
+  while (!halves.empty()) {
+    const MatmulOutput& first = *halves.front();
+    gemv_16bit(x, first.w->type, first.n_rows, first.w->n_in, take_launch(halves));
+  }
   for (const MatmulOutput& o : outputs) {
-    if (shares(o) || o.n_rows <= 0) continue;
+    if (shares(o) || sixteen_bit(o) || o.n_rows <= 0) continue;
     matmul(x, *o.w, o.n_rows, o.y);
     if (o.bias) add_rows(o.y, o.bias, o.n_rows, o.w->n_out);
   }
