@@ -222,7 +222,12 @@ helios::StatusOr<DecodeRun> run_decode(helios::Model& m, int batch, int n_prompt
   DecodeRun r;
   r.batch = batch;
   helios::ForwardBatch fb;
-  for (int b = 0; b < batch; ++b) fb.seqs.push_back({prompt, 0, &tables[b], helios::LogitsWanted::kLast, {}});
+  for (int b = 0; b < batch; ++b) {
+    helios::SequenceBatchEntry e;  // the prompt from position 0, logits of its last token
+    e.tokens = prompt;
+    e.blocks = &tables[b];
+    fb.seqs.push_back(std::move(e));
+  }
   auto t0 = Clock::now();
   HELIOS_ASSIGN_OR_RETURN(auto out, m.forward(fb, kv));
   r.prefill_s = seconds_since(t0);

@@ -314,8 +314,13 @@ TEST(CudaBackend, Stories260KGivesTheCpuGreedyTokensAndLogits) {
     std::vector<TokenId> p0(40), p1(9);
     for (int i = 0; i < 40; ++i) p0[i] = 1 + (i * 37) % 500;
     for (int i = 0; i < 9; ++i) p1[i] = 1 + (i * 11) % 500;
-    batch.seqs.push_back({p0, 0, &t0, LogitsWanted::kAll, {}});
-    batch.seqs.push_back({p1, 0, &t1, LogitsWanted::kAll, {}});
+    for (const auto& [tokens, table] : {std::pair{&p0, &t0}, std::pair{&p1, &t1}}) {
+      SequenceBatchEntry e;  // every position's logits
+      e.tokens = *tokens;
+      e.blocks = table;
+      e.logits = LogitsWanted::kAll;
+      batch.seqs.push_back(std::move(e));
+    }
     auto r = m.forward(batch, *kv);
     EXPECT_TRUE(r.ok()) << r.status().to_string();
     return r.ok() ? r->logits : std::vector<float>{};

@@ -101,7 +101,9 @@ void expect_products_match(const char* type, Convert to_16, LaunchMatmul launch,
         if (offset == 0 || k == 3) {  // an unaligned matrix takes every matrix of the launch off 16-byte loads
           EXPECT_EQ(got, d_alone[k]->to_host()) << "matrix " << k;
         }
-        if (n_outs[k] > 0) EXPECT_NE(got[0], -1.0f) << "matrix " << k << " was not written";
+        if (n_outs[k] > 0) {
+          EXPECT_NE(got[0], -1.0f) << "matrix " << k << " was not written";
+        }
       }
       EXPECT_EQ(d_together[2]->to_host(), std::vector<float>(n_rows, -1.0f)) << "the matrix of no rows was written";
     }

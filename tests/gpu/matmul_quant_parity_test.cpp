@@ -488,7 +488,9 @@ TEST(GpuParity, MatmulQuantizedProductsInOneLaunchAreEachTheirOwn) {
         for (int k = 0; k < 4; ++k) {
           const auto got = d_together[k]->to_host();
           EXPECT_EQ(got, d_alone[k]->to_host()) << "matrix " << k;
-          if (n_outs[k] > 0) EXPECT_NE(got[0], -1.0f) << "matrix " << k << " was not written";
+          if (n_outs[k] > 0) {
+            EXPECT_NE(got[0], -1.0f) << "matrix " << k << " was not written";
+          }
         }
         EXPECT_EQ(d_together[2]->to_host(), std::vector<float>(n_rows, -1.0f)) << "the matrix of no rows was written";
       }
