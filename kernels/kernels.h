@@ -352,6 +352,13 @@ constexpr int kMaxGemvProducts = 4;
 struct GemvProducts {
   GemvProduct at[kMaxGemvProducts];
   int32_t n = 0;
+  // One matrix alone.
+  static GemvProducts of(const void* w, int32_t n_out, float* y, const float* bias = nullptr) {
+    GemvProducts one;
+    one.at[0] = {w, n_out, y, bias};
+    one.n = 1;
+    return one;
+  }
 };
 // The products' output rows as the launches assign them, on the host: warp `warp` (0-7) of
 // block `block` writes row *row of the output *y (null, -1: none); *n_blocks, the launch's blocks.

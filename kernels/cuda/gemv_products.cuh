@@ -54,6 +54,13 @@ inline uintptr_t or_of_addresses(const GemvTargets& t) {
   return a;
 }
 
+// The targets of the launch for input rows r.. : each output from its row r.
+inline GemvTargets from_row(const GemvTargets& t, int32_t r) {
+  GemvTargets tr = t;
+  for (int k = 0; k < t.n; ++k) tr.y[k] = t.y[k] + static_cast<int64_t>(r) * t.n_out[k];
+  return tr;
+}
+
 // The matrix and output row warp `warp` of block `block` computes (none when o >= n_out). The
 // matrix is picked with constant indices, so that in a kernel its fields stay parameters.
 struct WarpRow {

@@ -105,8 +105,7 @@ int gemv_16bit(const float* x, int32_t n_rows, int32_t n_in, const GemvProducts&
   const bool vec = n_in % 8 == 0 && cuda::or_of_addresses(t) % 16 == 0;
   const cudaStream_t s = cuda::as_stream(stream);
   for (int32_t r = 0; r < n_rows; r += kMaxRows) {
-    cuda::GemvTargets tr = t;  // rows r.. of each output
-    for (int k = 0; k < t.n; ++k) tr.y[k] = t.y[k] + static_cast<int64_t>(r) * t.n_out[k];
+    const cuda::GemvTargets tr = cuda::from_row(t, r);
     const float* xr = x + static_cast<int64_t>(r) * n_in;
     cuda::with_row_count(std::min(kMaxRows, n_rows - r), [&](auto rows) {
       constexpr int R = decltype(rows)::value;
@@ -120,12 +119,6 @@ int gemv_16bit(const float* x, int32_t n_rows, int32_t n_in, const GemvProducts&
   return cuda::launch_status();
 }
 
-GemvProducts one_product(const uint16_t* w, int32_t n_out, float* y) {
-  GemvProducts one;
-  one.at[0] = {w, n_out, y, nullptr};
-  one.n = 1;
-  return one;
-}
 
 __global__ void f32_to_f16_kernel(const float* x, int64_t n, __half* out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -150,7 +143,7 @@ unsigned grid_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n
 
 int launch_matmul_f16(const float* x, const uint16_t* w, int32_t n_rows, int32_t n_in,
                       int32_t n_out, float* y, void* stream) {
-  return gemv_16bit<__half>(x, n_rows, n_in, one_product(w, n_out, y), stream);
+  return gemv_16bit<__half>(x, n_rows, n_in, GemvProducts::of(w, n_out, y), stream);
 }
 
 int launch_matmul_f16_products(const float* x, int32_t n_rows, int32_t n_in, const GemvProducts& products,
@@ -160,7 +153,7 @@ int launch_matmul_f16_products(const float* x, int32_t n_rows, int32_t n_in, con
 
 int launch_matmul_bf16(const float* x, const uint16_t* w, int32_t n_rows, int32_t n_in,
                        int32_t n_out, float* y, void* stream) {
-  return gemv_16bit<__nv_bfloat16>(x, n_rows, n_in, one_product(w, n_out, y), stream);
+  return gemv_16bit<__nv_bfloat16>(x, n_rows, n_in, GemvProducts::of(w, n_out, y), stream);
 }
 
 int launch_matmul_bf16_products(const float* x, int32_t n_rows, int32_t n_in, const GemvProducts& products,

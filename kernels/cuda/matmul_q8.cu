@@ -236,8 +236,7 @@ struct GemvQ8 {
     const auto* any = reinterpret_cast<const uint8_t*>(cuda::or_of_addresses(t));
     for (int32_t r = 0; r < n_rows; r += kMaxRows) {
       const Q8Rows rows{xq.base + r * xq.stride, xq.n_in, xq.stride};
-      cuda::GemvTargets tr = t;
-      for (int k = 0; k < t.n; ++k) tr.y[k] = t.y[k] + static_cast<int64_t>(r) * t.n_out[k];
+      const cuda::GemvTargets tr = cuda::from_row(t, r);
       cuda::with_row_count(std::min(kMaxRows, n_rows - r), [&](auto count) {
         cuda::with_loads<kType>(any, row_bytes, [&](auto vector) {
           gemv_q8_kernel<kType, decltype(count)::value, decltype(vector)::value>
@@ -300,10 +299,7 @@ int launch_quantize_q8(uint32_t weight_type, const float* x, int32_t n_rows, int
 
 int launch_matmul_q8_rows(uint32_t weight_type, const void* workspace, const void* w, int32_t n_rows, int32_t n_in,
                           int32_t n_out, float* y, const float* bias, void* stream) {
-  GemvProducts one;
-  one.at[0] = {w, n_out, y, bias};
-  one.n = 1;
-  return launch_matmul_q8_products(weight_type, workspace, n_rows, n_in, one, stream);
+  return launch_matmul_q8_products(weight_type, workspace, n_rows, n_in, GemvProducts::of(w, n_out, y, bias), stream);
 }
 
 int launch_matmul_q8_products(uint32_t weight_type, const void* workspace, int32_t n_rows, int32_t n_in,

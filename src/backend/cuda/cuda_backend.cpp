@@ -293,11 +293,9 @@ class CudaBackend final : public Backend {
   void trim_staged();
   void* scratch(Scratch which, size_t bytes);
   // The 8-bit matrix-vector path: x's first n_rows rows rounded for w's type into scratch (null on
-  // error), and a product over rows rounded so.
+  // error), and products of one type, width and row count over rows rounded so, their biases
+  // added as they are written, in one launch per 8 rows.
   void* round_q8(const float* x, const WeightMatrix& w, int32_t n_rows);
-  void gemv_q8(const void* q8, const WeightMatrix& w, int32_t n_rows, float* y);
-  // Products of one type, width and row count over the same rounded rows, their biases added as
-  // they are written, in one launch per 8 rows.
   void gemv_q8(const void* q8, TensorType type, int32_t n_rows, int32_t n_in, const kernels::GemvProducts& products);
   // The same for F16 or BF16 matrices over x itself.
   void gemv_16bit(const float* x, TensorType type, int32_t n_rows, int32_t n_in, const kernels::GemvProducts& products);
@@ -709,14 +707,13 @@ void CudaBackend::matmul(const float* x, const WeightMatrix& w, int32_t n_rows, 
     return;
   }
   if (quantized && n_rows <= gemv_max_rows(w)) {
-    if (const void* q8 = round_q8(x, w, n_rows)) gemv_q8(q8, w, n_rows, y);
+    if (const void* q8 = round_q8(x, w, n_rows)) {
+      gemv_q8(q8, w.type, n_rows, w.n_in, kernels::GemvProducts::of(w.data, w.n_out, y));
+    }
     return;
   }
   if (n_rows <= kGemvMaxRows) {
-    kernels::GemvProducts one;
-    one.at[0] = {w.data, w.n_out, y, nullptr};
-    one.n = 1;
-    gemv_16bit(x, w.type, n_rows, w.n_in, one);
+    gemv_16bit(x, w.type, n_rows, w.n_in, kernels::GemvProducts::of(w.data, w.n_out, y));
     return;
   }
   auto* xh = static_cast<uint16_t*>(scratch(kScratchHalfX, half_rows_bytes(n_rows, w)));
@@ -784,13 +781,6 @@ void* CudaBackend::round_q8(const float* x, const WeightMatrix& w, int32_t n_row
                 "launch_quantize_q8");
   }, x, w.type, n_rows, w.n_in, q8, bytes);
   return q8;
-}
-
-void CudaBackend::gemv_q8(const void* q8, const WeightMatrix& w, int32_t n_rows, float* y) {
-  kernels::GemvProducts one;
-  one.at[0] = {w.data, w.n_out, y, nullptr};
-  one.n = 1;
-  gemv_q8(q8, w.type, n_rows, w.n_in, one);
 }
 
 void CudaBackend::gemv_q8(const void* q8, TensorType type, int32_t n_rows, int32_t n_in,
