@@ -18,10 +18,10 @@ __global__ void rope_kernel(float* x, const int32_t* positions, int32_t n_heads,
     for (int32_t j = 0; j < i; ++j) theta *= theta_scale;
     const float unscaled = r.freq_factors ? theta / r.freq_factors[i] : theta;  // Llama 3's, then scaled
     float angle = unscaled * r.freq_scale;
-    if (r.ext_factor != 0.0f) {  // YaRN's mix, rounded op by op (no fused multiply-add) as on the host
+    if (r.ext_factor != 0.0f) {  // YaRN's mix, rounded as ref_rope rounds it: one explicit fused multiply-add
       const float y = (static_cast<float>(i) - r.corr_low) / fmaxf(0.001f, r.corr_high - r.corr_low);
       const float mix = __fmul_rn(1.0f - fminf(1.0f, fmaxf(0.0f, y)), r.ext_factor);
-      angle = __fadd_rn(__fmul_rn(angle, 1.0f - mix), __fmul_rn(unscaled, mix));
+      angle = fmaf(angle, 1.0f - mix, __fmul_rn(unscaled, mix));
     }
     float s, c;
     sincosf(angle, &s, &c);

@@ -35,7 +35,9 @@ void ref_rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_he
       if (r.ext_factor != 0.0f) {  // YaRN: 1 up to corr_low, 0 from corr_high
         const float y = (static_cast<float>(i) - r.corr_low) / std::max(0.001f, r.corr_high - r.corr_low);
         const float mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * r.ext_factor;
-        angle = angle * (1.0f - mix) + unscaled * mix;
+        // One fused multiply-add, spelled out: left to the compiler, whether and where it fuses
+        // depends on the flags, and the CUDA kernel must round the same way.
+        angle = std::fma(angle, 1.0f - mix, unscaled * mix);
       }
       const float c = std::cos(angle) * r.mscale, s = std::sin(angle) * r.mscale;
       const int32_t a = r.interleaved ? 2 * i : i;
