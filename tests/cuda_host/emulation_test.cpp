@@ -184,6 +184,7 @@ TEST(CudaHost, SynchronisingOrAllocatingWhileCapturingInvalidatesTheCapture) {
   ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
   EXPECT_EQ(cudaStreamSynchronize(s), cudaErrorStreamCaptureUnsupported);
   EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorStreamCaptureInvalidated);
   cudaStreamDestroy(s);
 }
 
@@ -195,6 +196,7 @@ TEST(CudaHost, MemoryBeyondTheDevicesIsAnAllocationError) {
   EXPECT_EQ(p, nullptr);
   EXPECT_EQ(cudaGetLastError(), cudaErrorMemoryAllocation);
   EXPECT_EQ(cudaFree(reinterpret_cast<void*>(&free_bytes)), cudaErrorInvalidValue) << "not a device allocation";
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
 }
 
 // A kernel that breaks a rule ends with the sticky launch failure and says what it broke.

@@ -80,6 +80,11 @@ struct Block {
   size_t static_used = 0;
   std::vector<SharedSite> sites;
   std::string fault;
+  // Barrier bookkeeping: the last thread to arrive releases the others and goes on.
+  unsigned live = 0, at_block = 0;
+  std::vector<unsigned> warp_waiting, warp_mask;  // per warp: lanes waiting, and at which mask
+  // The round: threads visited from `start` by `stride` (prime to the count); `visited` so far.
+  unsigned start = 0, stride = 1, visited = 0;
 };
 
 thread_local void* scheduler_sp = nullptr;
@@ -101,21 +106,53 @@ thread_local std::mt19937 order_rng{[] {
   return seed ? static_cast<unsigned>(std::strtoul(seed, nullptr, 10)) : 20261207u;
 }()};
 
-void yield_to_scheduler() { helios_cuda_host_switch(&running->sp, scheduler_sp); }
+// The next thread of the round that can run, or null when the round is over.
+Fiber* next_in_round(Block& b) {
+  std::vector<Fiber>& fs = *b.fibers;
+  while (b.visited < b.n_threads) {
+    Fiber& f = fs[(b.start + static_cast<uint64_t>(b.visited) * b.stride) % b.n_threads];
+    ++b.visited;
+    if (f.state == State::kRunnable) return &f;
+  }
+  return nullptr;
+}
+
+// The running fiber waits: straight to the round's next thread (one switch, not two through the
+// scheduler), or back to the scheduler when the round is over.
+void wait_here() {
+  Fiber* me = running;
+  if (Fiber* next = block->fault.empty() ? next_in_round(*block) : nullptr) {
+    running = next;
+    helios_cuda_host_switch(&me->sp, next->sp);
+  } else {
+    helios_cuda_host_switch(&me->sp, scheduler_sp);
+  }
+}
 
 [[noreturn]] void fail_in_fiber(const std::string& what) {
   if (block->fault.empty()) block->fault = what;
   running->state = State::kExited;
-  yield_to_scheduler();
+  helios_cuda_host_switch(&running->sp, scheduler_sp);
   std::abort();  // a faulted fiber is never resumed
+}
+
+void release_block_barrier(Block& b) {
+  std::vector<Fiber>& fs = *b.fibers;
+  for (unsigned i = 0; i < b.n_threads; ++i) {
+    if (fs[i].state == State::kAtBlockBarrier) fs[i].state = State::kRunnable;
+  }
+  b.at_block = 0;
 }
 
 thread_local std::function<void()>* body_of_block = nullptr;
 
 [[noreturn]] void fiber_entry() {
   (*body_of_block)();
+  Block& b = *block;
   running->state = State::kExited;
-  yield_to_scheduler();
+  // Threads that have returned no longer count at __syncthreads, as on the GPU.
+  if (--b.live > 0 && b.at_block == b.live) release_block_barrier(b);
+  wait_here();
   std::abort();
 }
 
@@ -146,44 +183,6 @@ void prepare_stack(FiberPool& pool, unsigned i) {
 std::string block_name(const Block& b, const ThreadPlace& p) {
   return std::string(b.kernel) + " block (" + std::to_string(p.block_idx.x) + "," + std::to_string(p.block_idx.y) +
          "," + std::to_string(p.block_idx.z) + ")";
-}
-
-// Releases the barriers every thread has reached; false when some thread waits but none can go on.
-bool release_barriers(Block& b) {
-  std::vector<Fiber>& fs = *b.fibers;
-  bool released = false;
-  unsigned live = 0, at_block = 0;
-  for (unsigned i = 0; i < b.n_threads; ++i) {
-    live += fs[i].state != State::kExited;
-    at_block += fs[i].state == State::kAtBlockBarrier;
-  }
-  if (live > 0 && at_block == live) {  // threads that have returned no longer count, as on the GPU
-    for (unsigned i = 0; i < b.n_threads; ++i) fs[i].state = State::kRunnable;
-    return true;
-  }
-  for (unsigned w = 0; w * 32 < b.n_threads; ++w) {
-    unsigned waiting = 0, mask = 0;
-    bool agree = true;
-    for (unsigned l = 0; l < 32 && w * 32 + l < b.n_threads; ++l) {
-      const Fiber& f = fs[w * 32 + l];
-      if (f.state != State::kAtWarpBarrier) continue;
-      waiting |= 1u << l;
-      if (mask && f.warp_mask != mask) agree = false;
-      mask = f.warp_mask;
-    }
-    if (!waiting) continue;
-    if (!agree) {
-      b.fault = "lanes of warp " + std::to_string(w) + " wait at shuffles or __syncwarp with different masks";
-      return false;
-    }
-    if ((waiting & mask) == mask) {
-      for (unsigned l = 0; l < 32; ++l) {
-        if (mask & (1u << l)) fs[w * 32 + l].state = State::kRunnable;
-      }
-      released = true;
-    }
-  }
-  return released;
 }
 
 std::string stuck_report(const Block& b) {
@@ -227,29 +226,28 @@ void run_block(const char* kernel, uint3 block_idx, dim3 grid, dim3 dims, size_t
     f.exchange_round = 0;
     prepare_stack(fiber_pool, i);
   }
+  b.live = b.n_threads;
+  b.warp_waiting.assign((b.n_threads + 31) / 32, 0);
+  b.warp_mask.assign((b.n_threads + 31) / 32, 0);
   block = &b;
   body_of_block = &body;
-  const unsigned n = b.n_threads;
   for (;;) {
     // Each round visits the threads in a new order: from a random start, by a random stride that
     // is prime to the count (cheaper than a shuffle, and no thread order is favoured).
-    const unsigned start = order_rng() % n;
-    unsigned stride = 1 + order_rng() % n;
-    while (std::gcd(stride, n) != 1) ++stride;
-    for (unsigned k = 0, i = start; k < n; ++k, i = (i + stride) % n) {
-      Fiber& f = pool[i];
-      if (f.state != State::kRunnable) continue;
-      running = &f;
-      helios_cuda_host_switch(&scheduler_sp, f.sp);
+    b.start = order_rng() % b.n_threads;
+    b.stride = 1 + order_rng() % b.n_threads;
+    while (std::gcd(b.stride, b.n_threads) != 1) ++b.stride;
+    b.visited = 0;
+    if (Fiber* first = next_in_round(b)) {
+      running = first;
+      helios_cuda_host_switch(&scheduler_sp, first->sp);
       running = nullptr;
-      if (!b.fault.empty()) break;
     }
-    if (!b.fault.empty()) break;
-    bool all_exited = true;
-    for (unsigned i = 0; i < b.n_threads; ++i) all_exited &= pool[i].state == State::kExited;
-    if (all_exited) break;
-    if (!release_barriers(b)) {
-      if (b.fault.empty()) b.fault = stuck_report(b);
+    if (!b.fault.empty() || b.live == 0) break;
+    bool runnable = false;
+    for (unsigned i = 0; i < b.n_threads && !runnable; ++i) runnable = pool[i].state == State::kRunnable;
+    if (!runnable) {  // every live thread waits, and none of the waits can end
+      b.fault = stuck_report(b);
       break;
     }
   }
@@ -271,16 +269,35 @@ void run_block(const char* kernel, uint3 block_idx, dim3 grid, dim3 dims, size_t
 const ThreadPlace& place() { return running->place; }
 
 void sync_block() {
+  Block& b = *block;
   running->state = State::kAtBlockBarrier;
-  yield_to_scheduler();
+  if (++b.at_block == b.live) {
+    release_block_barrier(b);  // the last to arrive: everyone goes on, this thread first
+    return;
+  }
+  wait_here();
 }
 
 void sync_warp(unsigned mask) {
-  const unsigned lane = running->linear % 32;
+  Block& b = *block;
+  const unsigned lane = running->linear % 32, warp = running->linear / 32;
   if (!(mask & (1u << lane))) fail_in_fiber("a lane calls __syncwarp or a shuffle with a mask that leaves it out");
+  if (b.warp_waiting[warp] && b.warp_mask[warp] != mask) {
+    fail_in_fiber("lanes of warp " + std::to_string(warp) + " wait at shuffles or __syncwarp with different masks");
+  }
+  b.warp_mask[warp] = mask;
+  b.warp_waiting[warp] |= 1u << lane;
   running->warp_mask = mask;
   running->state = State::kAtWarpBarrier;
-  yield_to_scheduler();
+  if ((b.warp_waiting[warp] & mask) == mask) {  // the last lane of the mask: the warp goes on
+    std::vector<Fiber>& fs = *b.fibers;
+    for (unsigned l = 0; l < 32; ++l) {
+      if (mask & (1u << l)) fs[warp * 32 + l].state = State::kRunnable;
+    }
+    b.warp_waiting[warp] = 0;
+    return;
+  }
+  wait_here();
 }
 
 uint64_t exchange(unsigned mask, uint64_t bits, int src_lane) {
