@@ -233,6 +233,17 @@ TEST(CudaHostDeathTest, AShuffleMissingALaneOfItsMaskIsAFault) {
       32, "lanes 0x00000020 have returned");
 }
 
+TEST(CudaHostDeathTest, AKernelReadingPastItsAllocationIsNamed) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        float* d = device_array<float>(1000);  // 4096 bytes at cudaMalloc's granularity: block 2 is past them
+        launch("overrun", 3, 512).run([=] { d[blockIdx.x * blockDim.x + threadIdx.x] = 1.0f; });
+        cudaDeviceSynchronize();
+      },
+      "kernel fault: overrun block \\(2,0,0\\) thread \\([0-9]+,0,0\\) touched 0x[0-9a-f]+, outside every allocation");
+}
+
 TEST(CudaHostDeathTest, StaticSharedMemoryOverTheLimitIsAFault) {
   expect_fault([] { shared_at<char[64 * 1024]>(2)[threadIdx.x] = 0; }, 32,
                "static shared memory over 49152 bytes");

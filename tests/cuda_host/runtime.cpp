@@ -13,6 +13,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -76,6 +77,8 @@ struct Allocation {
   size_t bytes;
   int device;
   bool pinned;
+  char* mapping;  // the allocation sits at the end of it, against a page no one may touch
+  size_t mapping_bytes;
 };
 
 std::mutex state_mutex;  // guards everything below
@@ -237,17 +240,26 @@ cudaError_t cudaGetDevice(int* d) {
   return cudaSuccess;
 }
 
+// Each allocation ends where an inaccessible page begins (and one more guards the page below its
+// mapping), so a kernel that reads or writes past its end faults there, and says so (see
+// report_stray_access), instead of reading a neighbour's bytes.
 static cudaError_t allocate(void** p, size_t bytes, bool pinned) {
   *p = nullptr;
   if (refused_while_capturing()) return cudaErrorStreamCaptureUnsupported;
   if (faulted) return cudaErrorLaunchFailure;
-  const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+  constexpr size_t kPage = 4096;
+  const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;  // cudaMalloc's granularity
+  const size_t span = (rounded + kPage - 1) / kPage * kPage;
   std::lock_guard<std::mutex> lock(state_mutex);
   if (!pinned && used[current_device] + rounded > device_memory()) return set_error(cudaErrorMemoryAllocation);
-  void* q = std::aligned_alloc(256, rounded);
-  if (!q) return set_error(cudaErrorMemoryAllocation);
+  void* m = mmap(nullptr, span + 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return set_error(cudaErrorMemoryAllocation);
+  char* mapping = static_cast<char*>(m);
+  mprotect(mapping, kPage, PROT_NONE);
+  mprotect(mapping + kPage + span, kPage, PROT_NONE);
+  char* q = mapping + kPage + (span - rounded);
   std::memset(q, 0xFF, rounded);  // nothing initialises device memory: NaN floats, -1 ints
-  allocations[static_cast<const char*>(q)] = Allocation{rounded, current_device, pinned};
+  allocations[q] = Allocation{rounded, current_device, pinned, mapping, span + 2 * kPage};
   if (!pinned) used[current_device] += rounded;
   *p = q;
   return cudaSuccess;
@@ -260,8 +272,8 @@ static cudaError_t release(void* p, bool pinned) {
   auto it = allocations.find(static_cast<const char*>(p));
   if (it == allocations.end() || it->second.pinned != pinned) return set_error(cudaErrorInvalidValue);
   if (!pinned) used[it->second.device] -= it->second.bytes;
+  munmap(it->second.mapping, it->second.mapping_bytes);
   allocations.erase(it);
-  std::free(p);
   return sticky();
 }
 

@@ -5,7 +5,9 @@
 // launch with an error (the launch's sticky fault, runtime.cpp) and a line on stderr naming the
 // kernel, the block and what went wrong. Fibers run in a seeded shuffled order between barriers,
 // so a read of shared memory that misses a barrier sees a different writer than in thread order.
+#include <signal.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -263,6 +265,28 @@ void run_block(const char* kernel, uint3 block_idx, dim3 grid, dim3 dims, size_t
     report_kernel_fault(where + ": " + b.fault);
   }
 }
+
+// A kernel that touches memory outside every allocation faults on a guard page (runtime.cpp): say
+// which kernel, block and thread did, then let the fault end the process as it would have.
+void report_stray_access(int, siginfo_t* info, void*) {
+  if (!running || !block) return;  // not a kernel: the default action, now restored, follows
+  const ThreadPlace& p = running->place;
+  char line[400];
+  const int n = std::snprintf(line, sizeof line,
+                              "cuda_host: kernel fault: %s block (%u,%u,%u) thread (%u,%u,%u) touched %p, outside "
+                              "every allocation (past the end of one, or before it)\n",
+                              block->kernel, p.block_idx.x, p.block_idx.y, p.block_idx.z, p.thread_idx.x,
+                              p.thread_idx.y, p.thread_idx.z, info->si_addr);
+  if (n > 0) (void)!write(STDERR_FILENO, line, static_cast<size_t>(std::min<int>(n, sizeof line - 1)));
+}
+
+const bool stray_access_reported = [] {
+  struct sigaction action {};
+  action.sa_sigaction = report_stray_access;
+  action.sa_flags = SA_SIGINFO | SA_RESETHAND;  // returning retries the access, which now ends the process
+  sigemptyset(&action.sa_mask);
+  return sigaction(SIGSEGV, &action, nullptr) == 0;
+}();
 
 }  // namespace
 
