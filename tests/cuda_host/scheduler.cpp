@@ -3,14 +3,16 @@
 // would allow and every barrier and shuffle is checked: threads of one block that wait at
 // different barriers, a shuffle missing a lane of its mask, or too much shared memory end the
 // launch with an error (the launch's sticky fault, runtime.cpp) and a line on stderr naming the
-// kernel, the block and what went wrong. Fibers run in a seeded shuffled order between barriers,
-// so a read of shared memory that misses a barrier sees a different writer than in thread order.
+// kernel, the block and what went wrong. Warps run in a seeded random order, each until it waits at
+// __syncthreads, and a warp's lanes in a random order between shuffles, so a read of shared memory
+// that misses a barrier sees a different writer than in thread order.
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <numeric>
 #include <random>
 #include <string>
@@ -85,8 +87,11 @@ struct Block {
   // Barrier bookkeeping: the last thread to arrive releases the others and goes on.
   unsigned live = 0, at_block = 0;
   std::vector<unsigned> warp_waiting, warp_mask;  // per warp: lanes waiting, and at which mask
-  // The round: threads visited from `start` by `stride` (prime to the count); `visited` so far.
-  unsigned start = 0, stride = 1, visited = 0;
+  // The round: the warps in a random order, each run until all its lanes wait at __syncthreads or
+  // have returned (a warp's stacks stay in cache through its shuffles), its lanes visited from a
+  // random start by a random stride prime to their count, again while any can go on.
+  std::vector<unsigned> warp_order;
+  unsigned warp_at = 0, lane_start = 0, lane_stride = 1, lanes_visited = 0;
 };
 
 thread_local void* scheduler_sp = nullptr;
@@ -109,12 +114,34 @@ thread_local std::mt19937 order_rng{[] {
 }()};
 
 // The next thread of the round that can run, or null when the round is over.
+unsigned lanes_of(const Block& b, unsigned warp) { return std::min(32u, b.n_threads - warp * 32); }
+
+void begin_lane_round(Block& b, unsigned lanes) {
+  b.lane_start = order_rng() % lanes;
+  b.lane_stride = 1 + order_rng() % lanes;
+  while (std::gcd(b.lane_stride, lanes) != 1) ++b.lane_stride;
+  b.lanes_visited = 0;
+}
+
+void begin_round(Block& b) {
+  std::shuffle(b.warp_order.begin(), b.warp_order.end(), order_rng);
+  b.warp_at = 0;
+  begin_lane_round(b, lanes_of(b, b.warp_order[0]));
+}
+
 Fiber* next_in_round(Block& b) {
   std::vector<Fiber>& fs = *b.fibers;
-  while (b.visited < b.n_threads) {
-    Fiber& f = fs[(b.start + static_cast<uint64_t>(b.visited) * b.stride) % b.n_threads];
-    ++b.visited;
-    if (f.state == State::kRunnable) return &f;
+  while (b.warp_at < b.warp_order.size()) {
+    const unsigned warp = b.warp_order[b.warp_at], lanes = lanes_of(b, warp);
+    while (b.lanes_visited < lanes) {
+      Fiber& f = fs[warp * 32 + (b.lane_start + b.lanes_visited * b.lane_stride) % lanes];
+      ++b.lanes_visited;
+      if (f.state == State::kRunnable) return &f;
+    }
+    bool again = false;
+    for (unsigned l = 0; l < lanes && !again; ++l) again = fs[warp * 32 + l].state == State::kRunnable;
+    if (!again && ++b.warp_at == b.warp_order.size()) break;
+    begin_lane_round(b, lanes_of(b, b.warp_order[b.warp_at]));
   }
   return nullptr;
 }
@@ -231,15 +258,12 @@ void run_block(const char* kernel, uint3 block_idx, dim3 grid, dim3 dims, size_t
   b.live = b.n_threads;
   b.warp_waiting.assign((b.n_threads + 31) / 32, 0);
   b.warp_mask.assign((b.n_threads + 31) / 32, 0);
+  b.warp_order.resize((b.n_threads + 31) / 32);
+  std::iota(b.warp_order.begin(), b.warp_order.end(), 0u);
   block = &b;
   body_of_block = &body;
   for (;;) {
-    // Each round visits the threads in a new order: from a random start, by a random stride that
-    // is prime to the count (cheaper than a shuffle, and no thread order is favoured).
-    b.start = order_rng() % b.n_threads;
-    b.stride = 1 + order_rng() % b.n_threads;
-    while (std::gcd(b.stride, b.n_threads) != 1) ++b.stride;
-    b.visited = 0;
+    begin_round(b);
     if (Fiber* first = next_in_round(b)) {
       running = first;
       helios_cuda_host_switch(&scheduler_sp, first->sp);
