@@ -113,7 +113,6 @@ thread_local std::mt19937 order_rng{[] {
   return seed ? static_cast<unsigned>(std::strtoul(seed, nullptr, 10)) : 20261207u;
 }()};
 
-// The next thread of the round that can run, or null when the round is over.
 unsigned lanes_of(const Block& b, unsigned warp) { return std::min(32u, b.n_threads - warp * 32); }
 
 void begin_lane_round(Block& b, unsigned lanes) {
@@ -129,6 +128,7 @@ void begin_round(Block& b) {
   begin_lane_round(b, lanes_of(b, b.warp_order[0]));
 }
 
+// The next thread of the round that can run, or null when the round is over.
 Fiber* next_in_round(Block& b) {
   std::vector<Fiber>& fs = *b.fibers;
   while (b.warp_at < b.warp_order.size()) {
