@@ -11,6 +11,15 @@
 
 namespace helios::gpu_test {
 
+// These tests also run on the host emulation of CUDA (tests/cuda_host, label cuda-host), where every
+// GPU thread is a fiber: milliseconds on a GPU can be minutes there. A test may leave its costliest
+// cases to the GPU when this is true, saying which.
+#ifdef HELIOS_CUDA_HOST_EMULATION
+inline constexpr bool kHostEmulation = true;
+#else
+inline constexpr bool kHostEmulation = false;
+#endif
+
 inline bool have_gpu() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
