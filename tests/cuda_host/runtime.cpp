@@ -177,8 +177,8 @@ bool kernel_faulted() { return faulted; }
 
 void launch_grid(const char* name, dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream,
                  std::function<void()> body) {
-  if (const std::string bad = check_launch(grid, block, dynamic_smem); !bad.empty()) {
-    set_error(dynamic_smem > 48 * 1024 ? cudaErrorInvalidValue : cudaErrorInvalidConfiguration);
+  if (const cudaError_t e = launch_error(grid, block, dynamic_smem); e != cudaSuccess) {
+    set_error(e);
     return;
   }
   enqueue(stream, [name, grid, block, dynamic_smem, body]() mutable { run_grid(name, grid, block, dynamic_smem, body); });

@@ -8,8 +8,8 @@
 
 namespace helios::cuda_host {
 
-// "" when the launch may run, else what is wrong with it (CUDA's invalid-configuration cases).
-std::string check_launch(dim3 grid, dim3 block, size_t dynamic_smem);
+// cudaSuccess when the launch may run, else the error CUDA gives the launch for its configuration.
+cudaError_t launch_error(dim3 grid, dim3 block, size_t dynamic_smem);
 // Every block of the grid, now, on this host thread.
 void run_grid(const char* kernel, dim3 grid, dim3 block, size_t dynamic_smem, std::function<void()>& body);
 

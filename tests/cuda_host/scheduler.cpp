@@ -65,7 +65,6 @@ struct Fiber {
   ThreadPlace place{};
   unsigned linear = 0;
   State state = State::kRunnable;
-  unsigned warp_mask = 0;      // the mask of the shuffle or __syncwarp it waits at
   unsigned exchange_round = 0;  // shuffles done: picks the exchange slots
 };
 
@@ -220,7 +219,7 @@ std::string stuck_report(const Block& b) {
     unsigned at_warp = 0, at_block = 0, exited = 0, mask = 0;
     for (unsigned l = 0; l < 32 && w * 32 + l < b.n_threads; ++l) {
       const Fiber& f = fs[w * 32 + l];
-      if (f.state == State::kAtWarpBarrier) at_warp |= 1u << l, mask = f.warp_mask;
+      if (f.state == State::kAtWarpBarrier) at_warp |= 1u << l, mask = b.warp_mask[w];
       if (f.state == State::kAtBlockBarrier) at_block |= 1u << l;
       if (f.state == State::kExited) exited |= 1u << l;
     }
@@ -335,7 +334,6 @@ void sync_warp(unsigned mask) {
   }
   b.warp_mask[warp] = mask;
   b.warp_waiting[warp] |= 1u << lane;
-  running->warp_mask = mask;
   running->state = State::kAtWarpBarrier;
   if ((b.warp_waiting[warp] & mask) == mask) {  // the last lane of the mask: the warp goes on
     std::vector<Fiber>& fs = *b.fibers;
@@ -381,14 +379,13 @@ float add_rn(float a, float b) { return a + b; }
 float sub_rn(float a, float b) { return a - b; }
 float div_rn(float a, float b) { return a / b; }
 
-std::string check_launch(dim3 grid, dim3 block_dims, size_t dynamic_smem) {
+cudaError_t launch_error(dim3 grid, dim3 block_dims, size_t dynamic_smem) {
   const uint64_t threads = uint64_t{block_dims.x} * block_dims.y * block_dims.z;
-  if (threads == 0 || threads > kMaxThreads || block_dims.z > 64) return "a block of " + std::to_string(threads) + " threads";
-  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535) return "an empty or oversized grid";
-  if (dynamic_smem > kDynamicSharedLimit) {
-    return std::to_string(dynamic_smem) + " bytes of dynamic shared memory (over 48 KiB needs cudaFuncSetAttribute)";
-  }
-  return "";
+  if (threads == 0 || threads > kMaxThreads || block_dims.z > 64) return cudaErrorInvalidConfiguration;
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535) return cudaErrorInvalidConfiguration;
+  // Over 48 KiB of dynamic shared memory needs cudaFuncSetAttribute's opt-in, which no kernel uses.
+  if (dynamic_smem > kDynamicSharedLimit) return cudaErrorInvalidValue;
+  return cudaSuccess;
 }
 
 void run_grid(const char* kernel, dim3 grid, dim3 dims, size_t dynamic_smem, std::function<void()>& body) {
