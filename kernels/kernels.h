@@ -280,6 +280,11 @@ int launch_rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_
                 int32_t head_dim, const RopeParams& rope, void* stream);
 int launch_kv_write(const float* k, const float* v, const int32_t* slots, int32_t n_tokens,
                     const PagedKV& cache, void* stream);
+// launch_rope on q's first n_q rows (n_heads heads) and on k's first n_kv rows, then launch_kv_write
+// of k and v: one launch, the same bits. Heads of k, v and head_dim: the cache's.
+int launch_rope_kv_write(float* q, const int32_t* q_positions, int32_t n_q, int32_t n_heads, float* k, const float* v,
+                         const int32_t* kv_positions, const int32_t* slots, int32_t n_kv, const RopeParams& rope,
+                         const PagedKV& cache, void* stream);
 
 // Contexts attended over: the longest (largest position + 1) and their sum.
 struct ContextSpan {
@@ -405,6 +410,14 @@ int launch_matmul_quant_q8(uint32_t weight_type, const float* x, const void* w, 
                            int32_t n_out, float* y, void* workspace, size_t workspace_bytes, void* stream);
 int launch_quantize_q8(uint32_t weight_type, const float* x, int32_t n_rows, int32_t n_in, void* workspace,
                        size_t workspace_bytes, void* stream);
+// launch_rmsnorm, launch_add_rmsnorm and launch_swiglu (of n_rows rows of n_ff), then
+// launch_quantize_q8 of their output: one launch each, the same bits.
+int launch_rmsnorm_q8(uint32_t weight_type, const float* x, const float* weight, int32_t n_rows, int32_t dim,
+                      float eps, float* out, void* workspace, size_t workspace_bytes, void* stream);
+int launch_add_rmsnorm_q8(uint32_t weight_type, float* x, const float* y, const float* weight, int32_t n_rows,
+                          int32_t dim, float eps, float* out, void* workspace, size_t workspace_bytes, void* stream);
+int launch_swiglu_q8(uint32_t weight_type, const float* gate, const float* up, int32_t n_rows, int32_t n_ff,
+                     float* out, void* workspace, size_t workspace_bytes, void* stream);
 int launch_matmul_q8_rows(uint32_t weight_type, const void* workspace, const void* w, int32_t n_rows, int32_t n_in,
                           int32_t n_out, float* y, const float* bias, void* stream);
 int launch_matmul_q8_products(uint32_t weight_type, const void* workspace, int32_t n_rows, int32_t n_in,

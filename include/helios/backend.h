@@ -108,11 +108,40 @@ class Backend {
       if (o.bias) add_rows(o.y, o.bias, o.n_rows, o.w->n_out);
     }
   }
+  // out = rmsnorm(x) · weight (add_rmsnorm's, after x += residual, when residual is given), then
+  // matmuls(out, outputs). A backend that rounds the products' input (the CUDA backend, to 8 bits
+  // for quantized weights) rounds it as the norm writes it. The default: the two in turn.
+  virtual void norm_matmuls(float* x, const float* residual, const float* weight, int32_t n_rows, int32_t dim,
+                            float eps, float* out, std::initializer_list<MatmulOutput> outputs) {
+    if (residual) {
+      add_rmsnorm(x, residual, weight, n_rows, dim, eps, out);
+    } else {
+      rmsnorm(x, weight, n_rows, dim, eps, out);
+    }
+    matmuls(out, outputs);
+  }
+  // out = swiglu(gate, up) over n_rows rows of w.n_in (out may be gate), then y = W out: the
+  // feed-forward's down projection, its input rounded as it is written where norm_matmuls rounds.
+  virtual void swiglu_matmul(const float* gate, const float* up, int32_t n_rows, float* out, const WeightMatrix& w,
+                             float* y) {
+    swiglu(gate, up, static_cast<int64_t>(n_rows) * w.n_in, out);
+    matmul(out, w, n_rows, y);
+  }
   // rope.freq_factors: backend memory [n_rot/2], or null (see kernels::RopeParams).
   virtual void rope(float* x, const int32_t* host_positions, int32_t n_tokens, int32_t n_heads,
                     int32_t head_dim, const kernels::RopeParams& rope) = 0;
   virtual void kv_write(const float* k, const float* v, const int32_t* host_slots,
                         int32_t n_tokens, const kernels::PagedKV& cache) = 0;
+  // The attention's inputs: rope on q's first n_q rows (n_heads heads, at host_q_positions) and on
+  // k's first n_kv rows (at host_kv_positions), in place, then kv_write of k and v into host_slots.
+  // The default: the three ops in turn, which a backend paying per launch fuses.
+  virtual void rope_kv_write(float* q, const int32_t* host_q_positions, int32_t n_q, int32_t n_heads, float* k,
+                             const float* v, const int32_t* host_kv_positions, const int32_t* host_slots,
+                             int32_t n_kv, const kernels::RopeParams& params, const kernels::PagedKV& cache) {
+    if (n_q > 0) rope(q, host_q_positions, n_q, n_heads, cache.head_dim, params);
+    rope(k, host_kv_positions, n_kv, cache.n_kv_heads, cache.head_dim, params);
+    kv_write(k, v, host_slots, n_kv, cache);
+  }
   virtual void paged_attention(const float* q, const kernels::PagedKV& cache,
                                const kernels::AttentionPlan& host_plan, int32_t n_heads,
                                float scale, float* out) = 0;

@@ -1,5 +1,8 @@
-// Embedding gather, SwiGLU, residual add, bias add: one thread per value, grid-stride loops.
+// Embedding gather, SwiGLU, residual add, bias add: one thread per value, grid-stride loops. SwiGLU
+// rounded to 8 bits for the down projection as it is written: one thread per unit of 32 values
+// (q8_rounding.cuh).
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/q8_rounding.cuh"
 #include "kernels/kernels.h"
 
 namespace helios::kernels {
@@ -18,12 +21,30 @@ __global__ void embedding_kernel(const int32_t* tokens, const float* table, int3
   for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) o[i] = row[i];
 }
 
+__device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + expf(-g)) * up[i];
+    out[i] = silu_times(gate[i], up[i]);
   }
+}
+
+// Unit k of each row: silu(gate) * up written to out (which may be gate) and rounded into rows.
+template <cuda::Act kAct>
+__global__ void swiglu_q8_kernel(const float* gate, const float* up, int64_t n_units, float* out, cuda::Q8Rows rows) {
+  using cuda::kUnit;
+  const int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const bool active = u < n_units;  // every lane shuffles, with or without a unit
+  float v[kUnit] = {};
+  if (active) {
+    for (int j = 0; j < kUnit; ++j) {
+      v[j] = silu_times(gate[u * kUnit + j], up[u * kUnit + j]);
+      out[u * kUnit + j] = v[j];
+    }
+  }
+  const int32_t units_per_row = rows.n_in / kUnit;
+  cuda::round_unit<kAct>(v, active, u / units_per_row, static_cast<int32_t>(u % units_per_row), rows);
 }
 
 __global__ void add_kernel(float* x, const float* y, int64_t n) {
@@ -54,6 +75,22 @@ int launch_swiglu(const float* gate, const float* up, int64_t n, float* out, voi
   if (n <= 0) return 0;
   swiglu_kernel<<<blocks_for(n), kThreads, 0, cuda::as_stream(stream)>>>(gate, up, n, out);
   return cuda::launch_status();
+}
+
+int launch_swiglu_q8(uint32_t weight_type, const float* gate, const float* up, int32_t n_rows, int32_t n_ff,
+                     float* out, void* workspace, size_t workspace_bytes, void* stream) {
+  if (n_rows <= 0) return 0;
+  if (!cuda::q8_args_ok(weight_type, n_rows, n_ff, workspace, workspace_bytes)) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  const int64_t n_units = static_cast<int64_t>(n_rows) * (n_ff / cuda::kUnit);
+  const auto blocks = static_cast<unsigned>((n_units + kThreads - 1) / kThreads);
+  const cuda::Q8Rows rows = cuda::q8_rows(workspace, n_ff);
+  return cuda::with_act(weight_type, [&](auto act) {
+    swiglu_q8_kernel<decltype(act)::value><<<blocks, kThreads, 0, cuda::as_stream(stream)>>>(gate, up, n_units, out,
+                                                                                           rows);
+    return cuda::launch_status();
+  });
 }
 
 int launch_add(float* x, const float* y, int64_t n, void* stream) {

@@ -16,112 +16,36 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemv_products.cuh"
+#include "kernels/cuda/q8_rounding.cuh"
 #include "kernels/cuda/quant_units.cuh"
 #include "kernels/kernels.h"
 
 namespace helios::kernels {
 namespace {
 
+using cuda::Act;
+using cuda::act_of;
 using cuda::IntUnit;
 using cuda::kUnit;
+using cuda::kUnitsPerScale;
+using cuda::larger;
+using cuda::Peak;
+using cuda::Q8Rows;
+using cuda::q8_row_stride;
+using cuda::q8_rows;
+using cuda::quantize_unit;
 using cuda::QuantInts;
+using cuda::unit_peak;
 
 constexpr int kThreads = 256;  // 8 warps, 8 output rows per block
 static_assert(kThreads / 32 == cuda::kGemvWarps, "a warp per output row, as gemv_products.cuh lays them out");
 constexpr int kMaxRows = 8;    // activation rows one launch serves
 
-// --- The activations' rounding, per unit of 32 values.
+// --- The activations' rounding, per unit of 32 values (q8_rounding.cuh).
 
-// The 8-bit rounding the weight type's products take (ref_quantize_activations): Q8_1 for the
-// 32-value blocks (Q8_0's integers and scale are Q8_1's; Q8_0 only lacks s, which those types
-// do not read), Q8_K for the K-quants.
-enum class Act { kQ8_1, kQ8_K };
-constexpr Act act_of(uint32_t weight_type) {
-  return weight_type == kWeightQ4_K || weight_type == kWeightQ5_K || weight_type == kWeightQ6_K ? Act::kQ8_K
-                                                                                                 : Act::kQ8_1;
-}
-// Units that share one scale: Q8_K's 256-value blocks, the others' 32.
-template <Act kAct>
-constexpr int kUnitsPerScale = kAct == Act::kQ8_K ? kQKK / kUnit : 1;
-
-// The value of largest magnitude and its index; the first of equals, as the CPU's scan keeps it
-// (a NaN never wins, as there).
-struct Peak {
-  float amax = 0.0f, value = 0.0f;
-  int32_t index = INT_MAX;
-};
-HD Peak unit_peak(const float* x, int32_t first_index) {
-  Peak p;
-  for (int j = 0; j < kUnit; ++j) {
-    const float ax = fabsf(x[j]);
-    if (ax > p.amax) p = {ax, x[j], first_index + j};
-  }
-  return p;
-}
-// Of two peaks, the larger, or the earlier of equals: the same whichever way round.
-HD Peak larger(const Peak& a, const Peak& b) {
-  return b.amax > a.amax || (b.amax == a.amax && b.index < a.index) ? b : a;
-}
-
-HD int32_t round_even(float x) {
-#ifdef __CUDA_ARCH__
-  return __float2int_rn(x);
-#else
-  return static_cast<int32_t>(std::nearbyint(x));
-#endif
-}
-HD float through_half(float x) { return __half2float(__float2half_rn(x)); }
-
-// A unit's bytes (4 per word) and (d, s) from its scale group's peak, with
-// ref_quantize_activations' operations: Q8_1 q = round(x·127/amax), d = amax/127 kept as a half,
-// s = d·Σq from d before rounding, as a half; Q8_K q = min(127, round(x·(−127/max))),
-// d = 1/(−127/max), s = d·Σq, a block of zeros when amax is 0.
-template <Act kAct>
-HD float2 quantize_unit(const float* x, const Peak& p, uint32_t (&q)[8]) {
-  float mul, d;
-  if constexpr (kAct == Act::kQ8_K) {
-    mul = p.amax != 0.0f ? -127.0f / p.value : 0.0f;
-    d = p.amax != 0.0f ? 1.0f / mul : 0.0f;
-  } else {
-    mul = p.amax != 0.0f ? 127.0f / p.amax : 0.0f;
-    d = p.amax / 127.0f;
-  }
-  int32_t sum = 0;
-  for (int i = 0; i < 8; ++i) {
-    uint32_t word = 0;
-    for (int k = 0; k < 4; ++k) {
-      int32_t v = round_even(x[4 * i + k] * mul);
-      if constexpr (kAct == Act::kQ8_K) v = v < 127 ? v : 127;
-      sum += v;
-      word |= static_cast<uint32_t>(v & 0xFF) << (8 * k);
-    }
-    q[i] = word;
-  }
-  if constexpr (kAct == Act::kQ8_K) return {d, d * static_cast<float>(sum)};
-  return {through_half(d), through_half(d * static_cast<float>(sum))};
-}
-
-// Where a workspace keeps rounded row r: its n_in bytes, then a (d, s) pair per unit; each row
-// starts 16-byte aligned, so any first rows of a workspace are a workspace of their own.
-struct Q8Rows {
-  uint8_t* base;
-  int32_t n_in;
-  int64_t stride;
-  HD int8_t* q(int64_t r) const { return reinterpret_cast<int8_t*>(base + r * stride); }
-  HD float2* ds(int64_t r) const { return reinterpret_cast<float2*>(base + r * stride + n_in); }
-};
-HD int64_t q8_row_stride(int32_t n_in) {
-  return (static_cast<int64_t>(n_in) + n_in / kUnit * static_cast<int64_t>(sizeof(float2)) + 15) / 16 * 16;
-}
-Q8Rows q8_rows(const void* workspace, int32_t n_in) {
-  return {static_cast<uint8_t*>(const_cast<void*>(workspace)), n_in, q8_row_stride(n_in)};
-}
-
-// A thread per unit; a scale group's units are consecutive lanes of one warp (8 divides 32, and a
-// row holds whole groups), which share their peaks with xor shuffles.
+// A thread per unit, its row's units in consecutive threads.
 template <Act kAct, bool kVectorX>
 __global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t n_units, Q8Rows rows) {
-  constexpr int kGroup = kUnitsPerScale<kAct>;
   const int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const bool active = u < n_units;  // every lane shuffles, with or without a unit
   float v[kUnit] = {};
@@ -136,21 +60,8 @@ __global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t n_units,
       for (int j = 0; j < kUnit; ++j) v[j] = __ldg(xu + j);
     }
   }
-  Peak p = unit_peak(v, static_cast<int32_t>(u % kGroup) * kUnit);
-  for (int o = 1; o < kGroup; o <<= 1) {
-    const Peak other{__shfl_xor_sync(cuda::kFullMask, p.amax, o), __shfl_xor_sync(cuda::kFullMask, p.value, o),
-                     __shfl_xor_sync(cuda::kFullMask, p.index, o)};
-    p = larger(p, other);
-  }
-  if (!active) return;
-  uint32_t words[8];
-  const float2 scales = quantize_unit<kAct>(v, p, words);
   const int32_t units_per_row = rows.n_in / kUnit;
-  const int64_t r = u / units_per_row, k = u % units_per_row;
-  auto* out = reinterpret_cast<uint4*>(rows.q(r) + k * kUnit);
-  out[0] = make_uint4(words[0], words[1], words[2], words[3]);
-  out[1] = make_uint4(words[4], words[5], words[6], words[7]);
-  rows.ds(r)[k] = scales;
+  cuda::round_unit<kAct>(v, active, u / units_per_row, static_cast<int32_t>(u % units_per_row), rows);
 }
 
 // The host's run of the same code: each scale group's peaks combined in order.
@@ -280,20 +191,11 @@ bool q8_rounds_alike(uint32_t type_a, uint32_t type_b) {
          act_of(type_a) == act_of(type_b);
 }
 
-namespace {
-// The checks every entry point makes: a type read in its blocks, whole blocks, a workspace that
-// holds the rows.
-bool q8_args_ok(uint32_t weight_type, int32_t n_rows, int32_t n_in, const void* workspace, size_t workspace_bytes) {
-  return cuda::row_bytes_of(weight_type, n_in) != 0 && workspace &&
-         reinterpret_cast<uintptr_t>(workspace) % 16 == 0 &&
-         workspace_bytes >= matmul_quant_q8_workspace_bytes(n_rows, n_in);
-}
-}  // namespace
 
 int launch_quantize_q8(uint32_t weight_type, const float* x, int32_t n_rows, int32_t n_in, void* workspace,
                        size_t workspace_bytes, void* stream) {
   if (n_rows <= 0) return 0;
-  if (!q8_args_ok(weight_type, n_rows, n_in, workspace, workspace_bytes)) return static_cast<int>(cudaErrorInvalidValue);
+  if (!cuda::q8_args_ok(weight_type, n_rows, n_in, workspace, workspace_bytes)) return static_cast<int>(cudaErrorInvalidValue);
   return cuda::dispatch<Quantize>(weight_type, x, n_rows, q8_rows(workspace, n_in), cuda::as_stream(stream));
 }
 

@@ -408,15 +408,14 @@ void Model::run_block(Pass& p, int32_t l) {
 
   // attention: norm → q, k, v → rope → cache → paged attention → output projection → residual.
   // Exited tokens join the K/V projection only: their K/V for this layer comes from h_exit.
-  if (na > 0) be.rmsnorm(ws.x.data(), w.attn_norm.data(), na, c.n_embd, c.rms_eps, ws.xb.data());
   if (nf > 0) be.rmsnorm(ws.exited.data(), w.attn_norm.data(), nf, c.n_embd, c.rms_eps, xb_fill);
-  be.matmuls(ws.xb.data(), {{&w.wq.view, na, ws.q.data(), w.bq.data()},  // biases: qwen2's, else null
-                            {&w.wk.view, nk, ws.k.data(), w.bk.data()},
-                            {&w.wv.view, nk, ws.v.data(), w.bv.data()}});
+  be.norm_matmuls(ws.x.data(), nullptr, w.attn_norm.data(), na, c.n_embd, c.rms_eps, ws.xb.data(),
+                  {{&w.wq.view, na, ws.q.data(), w.bq.data()},  // biases: qwen2's, else null
+                   {&w.wk.view, nk, ws.k.data(), w.bk.data()},
+                   {&w.wv.view, nk, ws.v.data(), w.bv.data()}});
   const kernels::RopeParams rope = rope_params(c, weights_.rope_freqs.empty() ? nullptr : weights_.rope_freqs.data());
-  if (na > 0) be.rope(ws.q.data(), p.a_pos.data(), na, c.n_head, c.head_dim, rope);
-  be.rope(ws.k.data(), p.kv_pos.data(), nk, c.n_head_kv, c.head_dim, rope);
-  be.kv_write(ws.k.data(), ws.v.data(), p.kv_slot.data(), nk, cache);
+  be.rope_kv_write(ws.q.data(), p.a_pos.data(), na, c.n_head, ws.k.data(), ws.v.data(), p.kv_pos.data(),
+                   p.kv_slot.data(), nk, rope, cache);
   p.result.layer_rows += na;
   p.result.fill_rows += nf;
   if (na == 0) return;
@@ -425,10 +424,9 @@ void Model::run_block(Pass& p, int32_t l) {
   all_reduce(ws.proj.data(), static_cast<size_t>(na) * c.n_embd);  // row-parallel O: partial sums
 
   // feed-forward: (residual, norm) → silu(gate) * up → down projection → residual
-  be.add_rmsnorm(ws.x.data(), ws.proj.data(), w.ffn_norm.data(), na, c.n_embd, c.rms_eps, ws.xb.data());
-  be.matmuls(ws.xb.data(), {{&w.w_gate.view, na, ws.gate.data()}, {&w.w_up.view, na, ws.up.data()}});
-  be.swiglu(ws.gate.data(), ws.up.data(), static_cast<int64_t>(na) * c.n_ff, ws.gate.data());
-  be.matmul(ws.gate.data(), w.w_down.view, na, ws.proj.data());
+  be.norm_matmuls(ws.x.data(), ws.proj.data(), w.ffn_norm.data(), na, c.n_embd, c.rms_eps, ws.xb.data(),
+                  {{&w.w_gate.view, na, ws.gate.data()}, {&w.w_up.view, na, ws.up.data()}});
+  be.swiglu_matmul(ws.gate.data(), ws.up.data(), na, ws.gate.data(), w.w_down.view, ws.proj.data());
   all_reduce(ws.proj.data(), static_cast<size_t>(na) * c.n_embd);  // row-parallel down
   be.add(ws.x.data(), ws.proj.data(), static_cast<int64_t>(na) * c.n_embd);
 }

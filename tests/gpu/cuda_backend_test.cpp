@@ -34,6 +34,23 @@ std::unique_ptr<Backend> cuda_backend() {
   return b.ok() ? std::move(*b) : nullptr;
 }
 
+// One model file loaded on the CPU backend and on a CUDA device, for their outputs side by side.
+struct OnBothBackends {
+  std::unique_ptr<Backend> cpu = make_cpu_backend(1), gpu = cuda_backend();
+  std::unique_ptr<Model> on_cpu, on_gpu;
+
+  ::testing::AssertionResult load(const std::string& path) {
+    if (!gpu) return ::testing::AssertionFailure() << "no CUDA backend";
+    auto a = Model::load(path, *cpu);
+    auto b = Model::load(path, *gpu);
+    if (!a.ok()) return ::testing::AssertionFailure() << "on the CPU: " << a.status().to_string();
+    if (!b.ok()) return ::testing::AssertionFailure() << "on the GPU: " << b.status().to_string();
+    on_cpu = std::move(*a);
+    on_gpu = std::move(*b);
+    return ::testing::AssertionSuccess();
+  }
+};
+
 // y = W x through the backend, W uploaded in `type` (F32 or F16 bits).
 std::vector<float> backend_matmul(Backend& be, const std::vector<float>& x, const void* w_host, size_t w_bytes,
                                   TensorType type, int32_t n_rows, int32_t n_in, int32_t n_out) {
@@ -189,6 +206,173 @@ TEST(CudaBackend, MatmulsOfOneInputGiveTheBitsOfSeparateProductsAndBiases) {
   EXPECT_TRUE(be->error().ok()) << be->error().to_string();
 }
 
+// norm_matmuls and swiglu_matmul round the products' input as the norm or SwiGLU writes it: every
+// output, the norm's floats and the residual sum have the bits of the ops run in turn. Fused: the
+// 8-bit outputs read exactly the norm's rows (a Q8_0 output then rounds again, an F16 one reads
+// the floats); in turn: an output reads more rows than the norm writes (exited tokens' rows), or no
+// product takes 8 bits.
+TEST(CudaBackend, FusedNormsAndSwigluGiveTheBitsOfTheOpsInTurn) {
+  HELIOS_REQUIRE_GPU();
+  auto be = cuda_backend();
+  ASSERT_NE(be, nullptr);
+  const int32_t dim = 512, n_out = 96, n_rows = 3, n_max = 5;
+  const float eps = 1e-5f;
+  std::vector<std::unique_ptr<Buffer>> keep;
+  auto device = [&](const std::vector<float>& host) {
+    keep.push_back(std::make_unique<Buffer>(be.get(), host.size()));
+    be->upload(keep.back()->data(), host.data(), host.size());
+    return keep.back()->data();
+  };
+  auto host = [&](const float* p, size_t n) {
+    std::vector<float> h(n);
+    be->download(h.data(), p, n);
+    return h;
+  };
+  auto matrix = [&](TensorType type, int32_t rows_out, int32_t n_in, uint32_t seed) {
+    const auto w = normal_floats(static_cast<size_t>(rows_out) * n_in, seed, 0.05f);
+    std::vector<uint8_t> bytes(static_cast<size_t>(tensor_row_bytes(type, n_in)) * rows_out);
+    EXPECT_TRUE(quantize_row(type, w.data(), bytes.data(), static_cast<int64_t>(w.size())).ok());
+    keep.push_back(std::make_unique<Buffer>(be.get(), (bytes.size() + 3) / 4));
+    be->upload(keep.back()->data(), reinterpret_cast<const float*>(bytes.data()), bytes.size() / 4);
+    return WeightMatrix{keep.back()->data(), type, rows_out, n_in};
+  };
+  const WeightMatrix q4_k = matrix(TensorType::kQ4_K, n_out, dim, 71), q6_k = matrix(TensorType::kQ6_K, n_out, dim, 72),
+                     q8_0 = matrix(TensorType::kQ8_0, n_out, dim, 73), f16 = matrix(TensorType::kF16, n_out, dim, 74);
+  const auto x0 = normal_floats(static_cast<size_t>(n_max) * dim, 75), residual = normal_floats(x0.size(), 76);
+  const auto norm_weight = normal_floats(dim, 77);
+  const float* d_residual = device(residual);
+  const float* d_norm = device(norm_weight);
+  const size_t out_floats = static_cast<size_t>(n_max) * n_out;
+  struct Case {
+    const char* what;
+    bool add;
+    std::vector<std::pair<const WeightMatrix*, int32_t>> outputs;  // matrix, rows
+  };
+  const Case cases[] = {
+      {"fused: Q4_K and Q6_K share the norm's rounding, Q8_0 and F16 beside them", false,
+       {{&q4_k, n_rows}, {&q8_0, n_rows}, {&q6_k, n_rows}, {&f16, n_rows}}},
+      {"fused, after the residual add", true, {{&q6_k, n_rows}, {&q4_k, 2}}},
+      {"in turn: K/V rows past the norm's", false, {{&q4_k, n_rows}, {&q6_k, n_max}}},
+      {"in turn: no 8-bit product", true, {{&f16, n_rows}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    ASSERT_LE(c.outputs.size(), 4u);
+    float* fused_x = device(x0);
+    float* plain_x = device(x0);
+    float* fused_norm = device(std::vector<float>(x0.size(), -1.0f));
+    float* plain_norm = device(std::vector<float>(x0.size(), -1.0f));
+    std::vector<float*> fused_y, plain_y;
+    std::vector<Backend::MatmulOutput> outs;
+    for (const auto& [w, rows] : c.outputs) {
+      fused_y.push_back(device(std::vector<float>(out_floats, -1.0f)));
+      plain_y.push_back(device(std::vector<float>(out_floats, -1.0f)));
+      outs.push_back({w, rows, fused_y.back(), nullptr});
+    }
+    auto pad = [&](size_t i) { return i < outs.size() ? outs[i] : Backend::MatmulOutput{&q4_k, 0, nullptr}; };
+    // Norm rows past n_rows: the exited tokens' rows, normed beforehand.
+    be->rmsnorm(fused_x + static_cast<int64_t>(n_rows) * dim, d_norm, n_max - n_rows, dim, eps,
+                fused_norm + static_cast<int64_t>(n_rows) * dim);
+    be->rmsnorm(plain_x + static_cast<int64_t>(n_rows) * dim, d_norm, n_max - n_rows, dim, eps,
+                plain_norm + static_cast<int64_t>(n_rows) * dim);
+    be->norm_matmuls(fused_x, c.add ? d_residual : nullptr, d_norm, n_rows, dim, eps, fused_norm,
+                     {pad(0), pad(1), pad(2), pad(3)});
+    if (c.add) {
+      be->add_rmsnorm(plain_x, d_residual, d_norm, n_rows, dim, eps, plain_norm);
+    } else {
+      be->rmsnorm(plain_x, d_norm, n_rows, dim, eps, plain_norm);
+    }
+    for (size_t i = 0; i < c.outputs.size(); ++i) {
+      be->matmul(plain_norm, *c.outputs[i].first, c.outputs[i].second, plain_y[i]);
+    }
+    EXPECT_EQ(host(fused_x, x0.size()), host(plain_x, x0.size())) << "x";
+    EXPECT_EQ(host(fused_norm, x0.size()), host(plain_norm, x0.size())) << "the norm";
+    for (size_t i = 0; i < c.outputs.size(); ++i) {
+      const auto got = host(fused_y[i], out_floats);
+      EXPECT_EQ(got, host(plain_y[i], out_floats)) << "output " << i;
+      EXPECT_NE(got[0], -1.0f) << "output " << i << " was not written";
+    }
+  }
+  // SwiGLU into the down projection, in place over gate: 8-bit (fused), then F16 (in turn).
+  const int32_t n_ff = dim;
+  for (const WeightMatrix* down : {&q4_k, &f16}) {
+    SCOPED_TRACE(tensor_type_name(down->type));
+    const auto gate = normal_floats(static_cast<size_t>(n_rows) * n_ff, 78), up = normal_floats(gate.size(), 79);
+    float* fused_gate = device(gate);
+    float* plain_gate = device(gate);
+    const float* d_up = device(up);
+    float* fused_y = device(std::vector<float>(out_floats, -1.0f));
+    float* plain_y = device(std::vector<float>(out_floats, -1.0f));
+    be->swiglu_matmul(fused_gate, d_up, n_rows, fused_gate, *down, fused_y);
+    be->swiglu(plain_gate, d_up, static_cast<int64_t>(n_rows) * n_ff, plain_gate);
+    be->matmul(plain_gate, *down, n_rows, plain_y);
+    EXPECT_EQ(host(fused_gate, gate.size()), host(plain_gate, gate.size())) << "swiglu";
+    const auto got = host(fused_y, out_floats);
+    EXPECT_EQ(got, host(plain_y, out_floats)) << "down";
+    EXPECT_NE(got[0], -1.0f);
+  }
+  be->synchronize();
+  EXPECT_TRUE(be->error().ok()) << be->error().to_string();
+}
+
+// A Q4_K_M-like model (Q6_K for some matrices) through the forward pass on both backends: the
+// CUDA backend's fused launches against the CPU backend's ops, logits of a prompt (every row)
+// and of decode steps, and greedy tokens.
+TEST(CudaBackend, QuantizedModelGivesTheCpuLogits) {
+  HELIOS_REQUIRE_GPU();
+  SyntheticModelSpec s;
+  s.n_layer = 3;
+  s.n_embd = 256;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.n_ff = 512;
+  s.n_vocab = 600;
+  s.type = TensorType::kQ4_K;
+  s.q4_k_m = true;
+  s.seed = 9;
+  const std::string path = testing::temp_dir() + "/cuda_q4_k_m.gguf";
+  ASSERT_TRUE(make_synthetic_model(s, path).ok());
+  OnBothBackends both;
+  ASSERT_TRUE(both.load(path));
+  // A prompt's every row, then decode steps fed the same tokens on both.
+  auto run = [&](Model& m) {
+    std::vector<float> logits;
+    auto kv = KvCacheStorage::create(m.backend(), m.config(), 16, 16);
+    EXPECT_TRUE(kv.ok());
+    if (!kv.ok()) return logits;
+    BlockAllocator alloc(16);
+    BlockTable table;
+    EXPECT_TRUE(reserve_tokens(alloc, table, 40, 16));
+    SequenceBatchEntry e;
+    for (int i = 0; i < 30; ++i) e.tokens.push_back(1 + (i * 37) % 500);
+    e.blocks = &table;
+    e.logits = LogitsWanted::kAll;
+    for (int32_t step = 0; step <= 8; ++step) {
+      ForwardBatch batch;
+      batch.seqs.push_back(e);
+      auto r = m.forward(batch, *kv);
+      EXPECT_TRUE(r.ok()) << r.status().to_string();
+      if (!r.ok()) return logits;
+      logits.insert(logits.end(), r->logits.begin(), r->logits.end());
+      e.start_pos += static_cast<int32_t>(e.tokens.size());
+      e.tokens = {static_cast<TokenId>(3 + step * 41)};
+      e.logits = LogitsWanted::kLast;
+    }
+    return logits;
+  };
+  const auto la = run(*both.on_cpu), lb = run(*both.on_gpu);
+  ASSERT_FALSE(la.empty());
+  EXPECT_TRUE(gpu_test::all_near(lb, la, 1e-4f, 1e-3f));
+  GenerateOptions opt;
+  opt.max_tokens = 24;
+  opt.ignore_eos = true;
+  const std::vector<TokenId> prompt = {1, 72, 101, 108, 108, 111};
+  auto a = generate(*both.on_cpu, prompt, opt);
+  auto b = generate(*both.on_gpu, prompt, opt);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(b->tokens, a->tokens);
+}
+
 // No GPU needed: the rows up to which each weight type takes a matrix-vector kernel, where ⌈n/8⌉
 // launches read about the bytes of a dequantization to f16 (b + 4 per value, b the blocks').
 TEST(CudaGemvRows, QuantizedTypesFollowTheirBytesPerValue) {
@@ -280,23 +464,18 @@ TEST(CudaBackend, Stories260KGivesTheCpuGreedyTokensAndLogits) {
   HELIOS_REQUIRE_GPU();
   const std::string path = stories_path();
   if (path.empty()) GTEST_SKIP() << "stories260K is not in " << testing::models_dir() << " (scripts/setup.sh makes it)";
-  auto cpu = make_cpu_backend(1);
-  auto gpu = cuda_backend();
-  ASSERT_NE(gpu, nullptr);
-  auto m_cpu = Model::load(path, *cpu);
-  auto m_gpu = Model::load(path, *gpu);
-  ASSERT_TRUE(m_cpu.ok()) << m_cpu.status().to_string();
-  ASSERT_TRUE(m_gpu.ok()) << m_gpu.status().to_string();
+  OnBothBackends both;
+  ASSERT_TRUE(both.load(path));
 
   // Greedy from an empty prompt (llama2.c's reference story) and from a text prompt, in chunks.
   for (const std::string& text : {std::string(""), std::string("Once upon a time, Tom had a red ball")}) {
-    const auto prompt = (*m_cpu)->tokenizer().encode(text, /*add_special=*/true, /*parse_special=*/false);
+    const auto prompt = both.on_cpu->tokenizer().encode(text, /*add_special=*/true, /*parse_special=*/false);
     GenerateOptions opt;
     opt.max_tokens = 200;
     opt.ignore_eos = true;
     opt.prefill_chunk_tokens = 4;
-    auto a = generate(**m_cpu, prompt, opt);
-    auto b = generate(**m_gpu, prompt, opt);
+    auto a = generate(*both.on_cpu, prompt, opt);
+    auto b = generate(*both.on_gpu, prompt, opt);
     ASSERT_TRUE(a.ok()) << a.status().to_string();
     ASSERT_TRUE(b.ok()) << b.status().to_string();
     EXPECT_EQ(b->tokens, a->tokens) << "prompt '" << text << "'";
@@ -325,7 +504,7 @@ TEST(CudaBackend, Stories260KGivesTheCpuGreedyTokensAndLogits) {
     EXPECT_TRUE(r.ok()) << r.status().to_string();
     return r.ok() ? r->logits : std::vector<float>{};
   };
-  const auto la = run(**m_cpu), lb = run(**m_gpu);
+  const auto la = run(*both.on_cpu), lb = run(*both.on_gpu);
   ASSERT_FALSE(la.empty());
   EXPECT_TRUE(gpu_test::all_near(lb, la, 0.0f, 1e-3f));
 }

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <cstdlib>
 #include <memory>
+#include <string>
 
 #include "gpu/gpu_test_util.h"
 #include "helios/tensor_type.h"
@@ -509,6 +510,77 @@ TEST(GpuParity, MatmulQuantizedRefusesAWidthOutsideItsBlocks) {
   EXPECT_NE(kernels::launch_matmul_quant(static_cast<uint32_t>(TensorType::kQ4_K), nullptr, nullptr, 1, 100, 4,
                                          nullptr, nullptr), 0);
   EXPECT_NE(kernels::launch_matmul_quant(0, nullptr, nullptr, 1, 256, 4, nullptr, nullptr), 0);
+}
+
+// The launches that round their output for the next product as they write it (a norm's, SwiGLU's):
+// the same floats and the same workspace bytes as the plain launch followed by launch_quantize_q8.
+// Widths of one pass of the block's threads and of more (11008 values: 344 units).
+TEST(GpuParity, NormsAndSwigluRoundTheirOutputAsQuantizeQ8Does) {
+  HELIOS_REQUIRE_GPU();
+  const float eps = 1e-5f;
+  auto same_bytes = [](const auto& a, const auto& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0;
+  };
+  for (const TensorType type : {TensorType::kQ4_0, TensorType::kQ4_K}) {
+    const auto t = static_cast<uint32_t>(type);
+    const std::vector<int32_t> dims = type == TensorType::kQ4_K ? std::vector<int32_t>{4864, 11008}
+                                                                : std::vector<int32_t>{896, 4096, 11008};
+    for (const int32_t dim : dims) {
+      for (const int32_t n_rows : {1, 3, 8}) {
+        SCOPED_TRACE(std::string(tensor_type_name(type)) + ", " + std::to_string(n_rows) + " rows of " +
+                     std::to_string(dim));
+        const size_t n = static_cast<size_t>(n_rows) * dim;
+        const size_t ws_bytes = kernels::matmul_quant_q8_workspace_bytes(n_rows, dim);
+        const std::vector<uint8_t> blank(ws_bytes, 0xAB);  // padding neither writes stays equal
+        const auto x = normal_floats(n, 1), y = normal_floats(n, 2), gate = normal_floats(n, 3),
+                   up = normal_floats(n, 4);
+        const auto weight = normal_floats(static_cast<size_t>(dim), 5);
+        DeviceArray<float> d_weight(weight), d_y(y), d_up(up);
+
+        // rmsnorm
+        DeviceArray<float> d_x(x), fused_out(n), plain_out(n);
+        DeviceArray<uint8_t> fused_ws(blank), plain_ws(blank);
+        ASSERT_EQ(kernels::launch_rmsnorm_q8(t, d_x.get(), d_weight.get(), n_rows, dim, eps, fused_out.get(),
+                                             fused_ws.get(), ws_bytes, nullptr), 0);
+        ASSERT_EQ(kernels::launch_rmsnorm(d_x.get(), d_weight.get(), n_rows, dim, eps, plain_out.get(), nullptr), 0);
+        ASSERT_EQ(kernels::launch_quantize_q8(t, plain_out.get(), n_rows, dim, plain_ws.get(), ws_bytes, nullptr), 0);
+        EXPECT_TRUE(same_bytes(fused_out.to_host(), plain_out.to_host())) << "rmsnorm's floats";
+        EXPECT_TRUE(same_bytes(fused_ws.to_host(), plain_ws.to_host())) << "rmsnorm's rounding";
+        EXPECT_FALSE(same_bytes(fused_ws.to_host(), blank)) << "nothing rounded";
+
+        // add_rmsnorm: x updated in place, then normed
+        DeviceArray<float> fused_x(x), plain_x(x);
+        ASSERT_EQ(kernels::launch_add_rmsnorm_q8(t, fused_x.get(), d_y.get(), d_weight.get(), n_rows, dim, eps,
+                                                 fused_out.get(), fused_ws.get(), ws_bytes, nullptr), 0);
+        ASSERT_EQ(kernels::launch_add_rmsnorm(plain_x.get(), d_y.get(), d_weight.get(), n_rows, dim, eps,
+                                              plain_out.get(), nullptr), 0);
+        ASSERT_EQ(kernels::launch_quantize_q8(t, plain_out.get(), n_rows, dim, plain_ws.get(), ws_bytes, nullptr), 0);
+        EXPECT_TRUE(same_bytes(fused_x.to_host(), plain_x.to_host())) << "add_rmsnorm's sum";
+        EXPECT_TRUE(same_bytes(fused_out.to_host(), plain_out.to_host())) << "add_rmsnorm's floats";
+        EXPECT_TRUE(same_bytes(fused_ws.to_host(), plain_ws.to_host())) << "add_rmsnorm's rounding";
+
+        // swiglu, in place over gate as the forward pass runs it
+        DeviceArray<float> fused_gate(gate), plain_gate(gate);
+        ASSERT_EQ(kernels::launch_swiglu_q8(t, fused_gate.get(), d_up.get(), n_rows, dim, fused_gate.get(),
+                                            fused_ws.get(), ws_bytes, nullptr), 0);
+        ASSERT_EQ(kernels::launch_swiglu(plain_gate.get(), d_up.get(), static_cast<int64_t>(n), plain_gate.get(),
+                                         nullptr), 0);
+        ASSERT_EQ(kernels::launch_quantize_q8(t, plain_gate.get(), n_rows, dim, plain_ws.get(), ws_bytes, nullptr), 0);
+        EXPECT_TRUE(same_bytes(fused_gate.to_host(), plain_gate.to_host())) << "swiglu's floats";
+        EXPECT_TRUE(same_bytes(fused_ws.to_host(), plain_ws.to_host())) << "swiglu's rounding";
+      }
+    }
+  }
+  // Errors, not wrong answers: a type not rounded to 8 bits, a width outside its blocks, a workspace too small.
+  DeviceArray<float> v(512), w(512);
+  const size_t ws_bytes = kernels::matmul_quant_q8_workspace_bytes(2, 512);
+  DeviceArray<uint8_t> ws(ws_bytes);
+  const auto q4_k = static_cast<uint32_t>(TensorType::kQ4_K);
+  EXPECT_NE(kernels::launch_rmsnorm_q8(static_cast<uint32_t>(TensorType::kF16), v.get(), w.get(), 1, 512, 1e-5f,
+                                       v.get(), ws.get(), ws_bytes, nullptr), 0);
+  EXPECT_NE(kernels::launch_rmsnorm_q8(q4_k, v.get(), w.get(), 1, 500, 1e-5f, v.get(), ws.get(), ws_bytes, nullptr),
+            0);
+  EXPECT_NE(kernels::launch_swiglu_q8(q4_k, v.get(), w.get(), 1, 512, v.get(), ws.get(), 10, nullptr), 0);
 }
 
 }  // namespace

@@ -2,8 +2,11 @@
 // scaling) against ref_rope.
 // Tolerance: 2e-6 relative + 2e-6 absolute on values of about 1: the angles are bit-identical;
 // sincosf and the host's sin/cos differ by at most 2 ulp, and fused multiply-adds by 1.
+// RoPE fused with the K/V cache write: the same bits as rope, rope and kv_write launched in turn.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -67,6 +70,82 @@ TEST(GpuParity, RopeMatchesTheCpuTwin) {
             << "heads " << c.n_heads << " head_dim " << c.head_dim << " n_rot " << c.n_rot
             << (c.interleaved ? " interleaved" : " half-split") << (divided ? ", frequency factors" : "") << ", "
             << name;
+      }
+    }
+  }
+}
+
+// Q of n_q tokens and K/V of n_kv (more: the rows of tokens that exited early, whose K/V still
+// fill the cache; fewer or none: the kernel takes any counts), GQA, partial rotation, YaRN with
+// divisors; f32, f16 and fp8 caches whose untouched slots hold NaN bytes.
+TEST(GpuParity, RopeKvWriteIsRopeThenKvWrite) {
+  HELIOS_REQUIRE_GPU();
+  struct Shape {
+    int32_t n_heads, n_kv_heads, head_dim, n_rot;
+    bool interleaved;
+  };
+  const Shape shapes[] = {{9, 3, 64, 64, false}, {32, 8, 128, 128, true}, {8, 2, 128, 64, false}};
+  const std::pair<int32_t, int32_t> counts[] = {{6, 9}, {9, 9}, {0, 4}, {5, 0}};
+  const int32_t n_slots = 64;
+  for (const Shape& sh : shapes) {
+    for (const auto& [n_q, n_kv] : counts) {
+      for (const kernels::KvType type : {kernels::KvType::kF32, kernels::KvType::kF16, kernels::KvType::kFp8E4M3}) {
+        const int64_t q_row = static_cast<int64_t>(sh.n_heads) * sh.head_dim;
+        const int64_t kv_row = static_cast<int64_t>(sh.n_kv_heads) * sh.head_dim;
+        std::vector<int32_t> q_pos(std::max(n_q, 1)), kv_pos(std::max(n_kv, 1)), slots(std::max(n_kv, 1));
+        std::mt19937 rng(static_cast<uint32_t>(sh.head_dim * 131 + n_q * 7 + n_kv));
+        for (auto& p : q_pos) p = static_cast<int32_t>(rng() % 9000);
+        for (auto& p : kv_pos) p = static_cast<int32_t>(rng() % 9000);
+        for (int32_t i = 0; i < n_kv; ++i) slots[i] = (i * 37 + 5) % n_slots;  // distinct, scattered
+        std::vector<float> factors(sh.n_rot / 2);
+        for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + 0.5f * static_cast<float>(i % 5);
+        DeviceArray<float> d_factors(factors);
+        kernels::RopeParams rope;
+        rope.n_rot = sh.n_rot;
+        rope.freq_base = 500000.0f;
+        rope.interleaved = sh.interleaved;
+        rope.freq_scale = 0.25f;
+        rope.ext_factor = 1.0f;
+        kernels::yarn_correction_range(4096, 32.0f, 1.0f, rope);
+        rope.mscale = 1.1f;
+        rope.freq_factors = d_factors.get();
+
+        const auto q = normal_floats(std::max<int64_t>(n_q, 1) * q_row, 1);
+        const auto k = normal_floats(std::max<int64_t>(n_kv, 1) * kv_row, 2);
+        const auto v = normal_floats(std::max<int64_t>(n_kv, 1) * kv_row, 3);
+        const int32_t per_float = 4 / kernels::kv_type_bytes(type);
+        const size_t cache_floats = static_cast<size_t>(n_slots * kv_row / per_float);
+        uint32_t nan_bits = 0x7FC00000u;
+        if (type != kernels::KvType::kF32) nan_bits = type == kernels::KvType::kF16 ? 0x7E007E00u : 0x7F7F7F7Fu;
+        float pad;
+        std::memcpy(&pad, &nan_bits, sizeof pad);
+        const std::vector<float> empty_cache(cache_floats, pad);
+        DeviceArray<int32_t> d_q_pos(q_pos), d_kv_pos(kv_pos), d_slots(slots);
+
+        // One launch, then the three it replaces, each on its own copies.
+        DeviceArray<float> fq(q), fk(k), fv(v), fkc(empty_cache), fvc(empty_cache);
+        DeviceArray<float> uq(q), uk(k), uv(v), ukc(empty_cache), uvc(empty_cache);
+        const kernels::PagedKV fused_cache{fkc.get(), fvc.get(), n_slots / 16, 16, sh.n_kv_heads, sh.head_dim, type};
+        const kernels::PagedKV cache{ukc.get(), uvc.get(), n_slots / 16, 16, sh.n_kv_heads, sh.head_dim, type};
+        ASSERT_EQ(kernels::launch_rope_kv_write(fq.get(), d_q_pos.get(), n_q, sh.n_heads, fk.get(), fv.get(),
+                                                d_kv_pos.get(), d_slots.get(), n_kv, rope, fused_cache, nullptr),
+                  0);
+        ASSERT_EQ(kernels::launch_rope(uq.get(), d_q_pos.get(), n_q, sh.n_heads, sh.head_dim, rope, nullptr), 0);
+        ASSERT_EQ(kernels::launch_rope(uk.get(), d_kv_pos.get(), n_kv, sh.n_kv_heads, sh.head_dim, rope, nullptr), 0);
+        ASSERT_EQ(kernels::launch_kv_write(uk.get(), uv.get(), d_slots.get(), n_kv, cache, nullptr), 0);
+
+        const std::string what = "heads " + std::to_string(sh.n_heads) + "/" + std::to_string(sh.n_kv_heads) +
+                                 " dim " + std::to_string(sh.head_dim) + " n_rot " + std::to_string(sh.n_rot) +
+                                 ", " + std::to_string(n_q) + " q and " + std::to_string(n_kv) + " k rows, " +
+                                 kernels::kv_type_name(type) + " cache";
+        auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+          return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+        };
+        EXPECT_TRUE(same_bits(fq.to_host(), uq.to_host())) << "Q, " << what;
+        EXPECT_TRUE(same_bits(fk.to_host(), uk.to_host())) << "K, " << what;
+        EXPECT_TRUE(same_bits(fkc.to_host(), ukc.to_host())) << "cached K, " << what;
+        EXPECT_TRUE(same_bits(fvc.to_host(), uvc.to_host())) << "cached V, " << what;
+        if (n_kv > 0) EXPECT_FALSE(same_bits(fkc.to_host(), empty_cache)) << "nothing cached, " << what;
       }
     }
   }

@@ -225,10 +225,17 @@ class CudaBackend final : public Backend {
             const kernels::RopeParams& rope) override;
   void kv_write(const float* k, const float* v, const int32_t* slots, int32_t n_tokens,
                 const kernels::PagedKV& cache) override;
+  void rope_kv_write(float* q, const int32_t* q_positions, int32_t n_q, int32_t n_heads, float* k, const float* v,
+                     const int32_t* kv_positions, const int32_t* slots, int32_t n_kv, const kernels::RopeParams& rope,
+                     const kernels::PagedKV& cache) override;
   void paged_attention(const float* q, const kernels::PagedKV& cache,
                        const kernels::AttentionPlan& plan, int32_t n_heads, float scale,
                        float* out) override;
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
+  void norm_matmuls(float* x, const float* residual, const float* weight, int32_t n_rows, int32_t dim, float eps,
+                    float* out, std::initializer_list<MatmulOutput> outputs) override;
+  void swiglu_matmul(const float* gate, const float* up, int32_t n_rows, float* out, const WeightMatrix& w,
+                     float* y) override;
   void add(float* x, const float* y, int64_t n) override;
   void add_rows(float* rows, const float* v, int32_t n_rows, int32_t dim) override;
 
@@ -296,6 +303,16 @@ class CudaBackend final : public Backend {
   // error), and products of one type, width and row count over rows rounded so, their biases
   // added as they are written, in one launch per 8 rows.
   void* round_q8(const float* x, const WeightMatrix& w, int32_t n_rows);
+  // matmuls' outputs sorted into its launches: those on the 8-bit kernel, which share one rounding
+  // of x's first rounded_rows rows for the lead's type; F16/BF16 matrix-vector products; the rest.
+  struct MatmulPlan {
+    const MatmulOutput* lead = nullptr;
+    int32_t rounded_rows = 0;
+    std::vector<const MatmulOutput*> rounded, halves, others;
+  };
+  MatmulPlan plan_matmuls(std::initializer_list<MatmulOutput> outputs) const;
+  // The plan's launches; q8: x rounded for plan.lead (nothing runs on the 8-bit kernel without it).
+  void run_matmuls(const float* x, MatmulPlan plan, const void* q8);
   void gemv_q8(const void* q8, TensorType type, int32_t n_rows, int32_t n_in, const kernels::GemvProducts& products);
   // The same for F16 or BF16 matrices over x itself.
   void gemv_16bit(const float* x, TensorType type, int32_t n_rows, int32_t n_in, const kernels::GemvProducts& products);
@@ -828,42 +845,95 @@ kernels::GemvProducts take_launch(std::vector<const Backend::MatmulOutput*>& lef
 // ones of up to kGemvMaxRows rows) of one type and row count share a launch (Q, K and V, or gate
 // and up, of one type in one), which adds their biases as it writes. The others take matmul,
 // then one add_rows for a bias.
-void CudaBackend::matmuls(const float* x, std::initializer_list<MatmulOutput> outputs) {
-  bind();
-  const MatmulOutput* lead = nullptr;
-  auto shares = [&](const MatmulOutput& o) {
-    const WeightMatrix& w = *o.w;
-    if (o.n_rows <= 0 || !quantized_type(w.type) || o.n_rows > gemv_max_rows(w)) return false;
-    return !lead || (w.n_in == lead->w->n_in &&
-                     kernels::q8_rounds_alike(static_cast<uint32_t>(lead->w->type), static_cast<uint32_t>(w.type)));
-  };
-  auto sixteen_bit = [](const MatmulOutput& o) {
-    return o.n_rows > 0 && o.n_rows <= kGemvMaxRows && (o.w->type == TensorType::kF16 || o.w->type == TensorType::kBF16);
-  };
-  int32_t rows = 0;
-  std::vector<const MatmulOutput*> rounded, halves;
+CudaBackend::MatmulPlan CudaBackend::plan_matmuls(std::initializer_list<MatmulOutput> outputs) const {
+  MatmulPlan plan;
   for (const MatmulOutput& o : outputs) {
-    if (sixteen_bit(o)) halves.push_back(&o);
-    if (!shares(o)) continue;
-    if (!lead) lead = &o;
-    rows = std::max(rows, o.n_rows);
-    rounded.push_back(&o);
-  }
-  if (const void* q8 = lead ? round_q8(x, *lead->w, rows) : nullptr) {
-    while (!rounded.empty()) {
-      const MatmulOutput& first = *rounded.front();
-      gemv_q8(q8, first.w->type, first.n_rows, first.w->n_in, take_launch(rounded));
+    if (o.n_rows <= 0) continue;
+    const WeightMatrix& w = *o.w;
+    const bool on_8_bits = quantized_type(w.type) && o.n_rows <= gemv_max_rows(w) &&
+                           (!plan.lead || (w.n_in == plan.lead->w->n_in &&
+                                           kernels::q8_rounds_alike(static_cast<uint32_t>(plan.lead->w->type),
+                                                                    static_cast<uint32_t>(w.type))));
+    if (on_8_bits) {
+      if (!plan.lead) plan.lead = &o;
+      plan.rounded_rows = std::max(plan.rounded_rows, o.n_rows);
+      plan.rounded.push_back(&o);
+    } else if (o.n_rows <= kGemvMaxRows && (w.type == TensorType::kF16 || w.type == TensorType::kBF16)) {
+      plan.halves.push_back(&o);
+    } else {
+      plan.others.push_back(&o);
     }
   }
-  while (!halves.empty()) {
-    const MatmulOutput& first = *halves.front();
-    gemv_16bit(x, first.w->type, first.n_rows, first.w->n_in, take_launch(halves));
+  return plan;
+}
+
+void CudaBackend::run_matmuls(const float* x, MatmulPlan plan, const void* q8) {
+  while (q8 && !plan.rounded.empty()) {
+    const MatmulOutput& first = *plan.rounded.front();
+    gemv_q8(q8, first.w->type, first.n_rows, first.w->n_in, take_launch(plan.rounded));
   }
-  for (const MatmulOutput& o : outputs) {
-    if (shares(o) || sixteen_bit(o) || o.n_rows <= 0) continue;
-    matmul(x, *o.w, o.n_rows, o.y);
-    if (o.bias) add_rows(o.y, o.bias, o.n_rows, o.w->n_out);
+  while (!plan.halves.empty()) {
+    const MatmulOutput& first = *plan.halves.front();
+    gemv_16bit(x, first.w->type, first.n_rows, first.w->n_in, take_launch(plan.halves));
   }
+  for (const MatmulOutput* o : plan.others) {
+    matmul(x, *o->w, o->n_rows, o->y);
+    if (o->bias) add_rows(o->y, o->bias, o->n_rows, o->w->n_out);
+  }
+}
+
+void CudaBackend::matmuls(const float* x, std::initializer_list<MatmulOutput> outputs) {
+  bind();
+  MatmulPlan plan = plan_matmuls(outputs);
+  const void* q8 = plan.lead ? round_q8(x, *plan.lead->w, plan.rounded_rows) : nullptr;
+  run_matmuls(x, std::move(plan), q8);
+}
+
+// The norm rounds its rows for the 8-bit products when they read exactly its rows; else (exited
+// tokens' rows beside them, no quantized product) the two in turn.
+void CudaBackend::norm_matmuls(float* x, const float* residual, const float* weight, int32_t n_rows, int32_t dim,
+                               float eps, float* out, std::initializer_list<MatmulOutput> outputs) {
+  bind();
+  MatmulPlan plan = plan_matmuls(outputs);
+  if (!plan.lead || plan.rounded_rows != n_rows || plan.lead->w->n_in != dim) {
+    Backend::norm_matmuls(x, residual, weight, n_rows, dim, eps, out, outputs);
+    return;
+  }
+  const size_t bytes = kernels::matmul_quant_q8_workspace_bytes(n_rows, dim);
+  void* q8 = scratch(kScratchQ8X, bytes);
+  if (!q8) return;
+  launch("norm_q8", [](CudaBackend& b, float* x, const float* residual, const float* weight, int32_t n_rows,
+                       int32_t dim, float eps, float* out, TensorType type, void* q8, size_t bytes) {
+    const auto t = static_cast<uint32_t>(type);
+    if (residual) {
+      b.ok_launch(kernels::launch_add_rmsnorm_q8(t, x, residual, weight, n_rows, dim, eps, out, q8, bytes, b.stream_),
+                  "launch_add_rmsnorm_q8");
+    } else {
+      b.ok_launch(kernels::launch_rmsnorm_q8(t, x, weight, n_rows, dim, eps, out, q8, bytes, b.stream_),
+                  "launch_rmsnorm_q8");
+    }
+  }, x, residual, weight, n_rows, dim, eps, out, plan.lead->w->type, q8, bytes);
+  run_matmuls(out, std::move(plan), q8);
+}
+
+void CudaBackend::swiglu_matmul(const float* gate, const float* up, int32_t n_rows, float* out, const WeightMatrix& w,
+                                float* y) {
+  bind();
+  if (n_rows <= 0) return;
+  if (!quantized_type(w.type) || n_rows > gemv_max_rows(w)) {
+    Backend::swiglu_matmul(gate, up, n_rows, out, w, y);
+    return;
+  }
+  const size_t bytes = kernels::matmul_quant_q8_workspace_bytes(n_rows, w.n_in);
+  void* q8 = scratch(kScratchQ8X, bytes);
+  if (!q8) return;
+  launch("swiglu_q8", [](CudaBackend& b, const float* gate, const float* up, int32_t n_rows, float* out,
+                         TensorType type, int32_t n_ff, void* q8, size_t bytes) {
+    b.ok_launch(kernels::launch_swiglu_q8(static_cast<uint32_t>(type), gate, up, n_rows, n_ff, out, q8, bytes,
+                                          b.stream_),
+                "launch_swiglu_q8");
+  }, gate, up, n_rows, out, w.type, w.n_in, q8, bytes);
+  gemv_q8(q8, w.type, n_rows, w.n_in, kernels::GemvProducts::of(w.data, w.n_out, y));
 }
 
 void CudaBackend::rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads, int32_t head_dim,
@@ -888,6 +958,26 @@ void CudaBackend::kv_write(const float* k, const float* v, const int32_t* slots,
                         const kernels::PagedKV& cache) {
     b.ok_launch(kernels::launch_kv_write(k, v, slots, n_tokens, cache, b.stream_), "launch_kv_write");
   }, k, v, d_slots, n_tokens, cache);
+}
+
+void CudaBackend::rope_kv_write(float* q, const int32_t* q_positions, int32_t n_q, int32_t n_heads, float* k,
+                                const float* v, const int32_t* kv_positions, const int32_t* slots, int32_t n_kv,
+                                const kernels::RopeParams& rope, const kernels::PagedKV& cache) {
+  bind();
+  n_q = std::max(n_q, 0);
+  n_kv = std::max(n_kv, 0);
+  if (n_q == 0 && n_kv == 0) return;
+  trim_staged();
+  const int32_t* d_q_pos = n_q > 0 ? stage(q_positions, n_q) : nullptr;
+  const int32_t* d_kv_pos = n_kv > 0 ? stage(kv_positions, n_kv) : nullptr;
+  const int32_t* d_slots = n_kv > 0 ? stage(slots, n_kv) : nullptr;
+  if ((n_q > 0 && !d_q_pos) || (n_kv > 0 && (!d_kv_pos || !d_slots))) return;
+  launch("rope_kv_write", [](CudaBackend& b, float* q, const int32_t* q_pos, int32_t n_q, int32_t n_heads, float* k,
+                             const float* v, const int32_t* kv_pos, const int32_t* slots, int32_t n_kv,
+                             kernels::RopeParams rope, const kernels::PagedKV& cache) {
+    b.ok_launch(kernels::launch_rope_kv_write(q, q_pos, n_q, n_heads, k, v, kv_pos, slots, n_kv, rope, cache, b.stream_),
+                "launch_rope_kv_write");
+  }, q, d_q_pos, n_q, n_heads, k, v, d_kv_pos, d_slots, n_kv, rope, cache);
 }
 
 void CudaBackend::paged_attention(const float* q, const kernels::PagedKV& cache,
