@@ -269,6 +269,10 @@ void ref_sample_rows(const float* logits, int32_t n_vocab, const SampleRow* rows
 // --- CUDA launchers (HELIOS_CUDA builds; kernels/cuda/). Same parameters as the ref_ twin plus
 // a stream (a cudaStream_t, opaque here); they return 0 or the cudaError_t of the launch.
 // Every pointer is device memory unless its name says host.
+// The decode path's kernels go out as chained launches where the device has them (compute
+// capability 9.0 on: each may be scheduled while the one before it finishes; kernels/cuda/common.cuh);
+// off, as plain launches, to measure the difference. On by default; process-wide.
+void set_chained_launches(bool on);
 int launch_rmsnorm(const float* x, const float* weight, int32_t n_rows, int32_t dim, float eps,
                    float* out, void* stream);
 

@@ -1,8 +1,9 @@
 // helios-bench-gpu: the CUDA backend's speed. Three measurements, each printed as a table and,
 // with --json, written as JSON with the command, the device and the commit:
 //   decode     tok/s of greedy decoding at batch sizes B (B sequences, one token each per forward
-//              pass), op by op and replayed as step graphs side by side, and at B = 1 the share of
-//              the HBM roofline (bandwidth / bytes per token);
+//              pass), op by op, replayed as step graphs of plain launches, and of chained ones (the
+//              default) side by side, and at B = 1 the share of the HBM roofline (bandwidth / bytes
+//              per token);
 //   attention  the paged-attention decode kernel alone: time and GB/s of K/V read per call;
 //   gemv       the decode matmul kernels alone (F16, BF16, each quantized type) on one layer's
 //              shapes: time, GB/s and share of the HBM roofline per weight type and row count;
@@ -47,9 +48,11 @@ usage:
 
 decode: for each batch size B, B sequences get a prompt of --prompt-tokens ids (one prefill pass,
   timed), then --decode-tokens greedy steps of B tokens (each step one forward pass, timed; the host
-  argmax between steps is not). tok/s = B x steps / decode time. Each B runs twice: op by op
-  (graphs off) and with decode steps replayed as CUDA graphs (the default); graphs x is their
-  ratio, and the JSON counts the steps replayed, captured and run op by op. At B = 1:
+  argmax between steps is not). tok/s = B x steps / decode time. Each B runs three times: op by op
+  (graphs off); with decode steps replayed as CUDA graphs of plain launches; and of chained launches
+  (each kernel may be scheduled while the one before it finishes, on devices of compute capability
+  9.0 on), the default. graphs x is the default over op by op, chained x the default over plain
+  launches; the JSON counts the steps replayed, captured and run op by op. At B = 1:
     weight bytes per token = ModelWeights::n_bytes - the f32 embedding table + one row of it;
     ideal tok/s = bandwidth / weight bytes (KV reads are left out of the ideal, so the share is
     a slight underestimate); roofline share = tok/s / ideal tok/s.
@@ -275,31 +278,39 @@ int cmd_decode(const Args& a, json& j) {
                 {"weights_backend_bytes", (*m)->weights().n_bytes}};
   j["backend"] = (*be)->name();
   j["free_device_bytes_after_load"] = (*be)->free_device_bytes();
-  // Each batch size op by op and then replayed as step graphs (the default), side by side.
-  std::printf("%-6s %14s %14s %14s %8s %10s %15s\n", "batch", "prefill tok/s", "op-by-op tok/s", "decode tok/s",
-              "graphs x", "ms/step", "roofline share");
+  // Each batch size op by op, as step graphs of plain launches, and of chained ones (the default).
+  struct Mode {
+    bool graphs, chained;
+  };
+  constexpr Mode kModes[] = {{false, true}, {true, false}, {true, true}};
+  std::printf("%-6s %14s %14s %14s %14s %8s %9s %10s %15s\n", "batch", "prefill tok/s", "op-by-op tok/s",
+              "plain tok/s", "decode tok/s", "graphs x", "chained x", "ms/step", "roofline share");
   for (int batch : a.batch) {
-    helios::StatusOr<DecodeRun> runs[2] = {helios::internal_error("not run"), helios::internal_error("not run")};
-    helios::GraphCounters counters[2];
-    for (int graphs = 0; graphs < 2; ++graphs) {
-      (*be)->set_graphs(graphs == 1);
+    std::vector<DecodeRun> runs;
+    helios::GraphCounters counters;
+    for (const Mode& mode : kModes) {
+      (*be)->set_graphs(mode.graphs);
+      helios::kernels::set_chained_launches(mode.chained);
       auto warm = run_decode(**m, batch, std::min(a.prompt_tokens, 16), 2);  // allocations, cuBLAS plans
       if (!warm.ok()) die(warm.status().to_string());
       const helios::GraphCounters before = (*be)->graph_counters();
-      runs[graphs] = run_decode(**m, batch, a.prompt_tokens, a.decode_tokens);
-      if (!runs[graphs].ok()) die("batch " + std::to_string(batch) + ": " + runs[graphs].status().to_string());
+      auto run = run_decode(**m, batch, a.prompt_tokens, a.decode_tokens);
+      if (!run.ok()) die("batch " + std::to_string(batch) + ": " + run.status().to_string());
+      runs.push_back(std::move(*run));
       const helios::GraphCounters after = (*be)->graph_counters();
-      counters[graphs] = {after.run - before.run, after.captured - before.captured, after.replayed - before.replayed};
+      counters = {after.run - before.run, after.captured - before.captured, after.replayed - before.replayed};
     }
-    const DecodeRun& eager = *runs[0];
-    const DecodeRun& r = *runs[1];
-    const double tok_s = batch * r.steps / r.decode_s, eager_tok_s = batch * eager.steps / eager.decode_s;
+    const DecodeRun &eager = runs[0], &plain = runs[1], &r = runs[2];
+    const double tok_s = batch * r.steps / r.decode_s, eager_tok_s = batch * eager.steps / eager.decode_s,
+                 plain_tok_s = batch * plain.steps / plain.decode_s;
+    const bool same_tokens = r.tokens == eager.tokens && plain.tokens == eager.tokens;
     json row = {{"batch", batch}, {"prompt_tokens", a.prompt_tokens}, {"decode_steps", r.steps},
                 {"prefill_tok_s", batch * a.prompt_tokens / r.prefill_s}, {"decode_tok_s", tok_s},
                 {"ms_per_step", 1000 * r.decode_s / r.steps}, {"op_by_op_decode_tok_s", eager_tok_s},
-                {"graphs_speedup", tok_s / eager_tok_s}, {"same_tokens_as_op_by_op", r.tokens == eager.tokens},
-                {"steps_replayed", counters[1].replayed}, {"steps_captured", counters[1].captured},
-                {"steps_run_op_by_op", counters[1].run}};
+                {"plain_launches_decode_tok_s", plain_tok_s}, {"graphs_speedup", tok_s / eager_tok_s},
+                {"chained_speedup", tok_s / plain_tok_s}, {"same_tokens_in_every_mode", same_tokens},
+                {"steps_replayed", counters.replayed}, {"steps_captured", counters.captured},
+                {"steps_run_op_by_op", counters.run}};
     std::string share = "-";
     if (batch == 1) {
       const double ideal = a.bandwidth_gbs * 1e9 / wbytes;
@@ -309,9 +320,10 @@ int cmd_decode(const Args& a, json& j) {
       row["achieved_weight_gbs"] = tok_s * wbytes / 1e9;
       share = std::to_string(100 * tok_s / ideal).substr(0, 5) + " %";
     }
-    std::printf("%-6d %14.1f %14.1f %14.1f %8.2f %10.3f %15s\n", batch, batch * a.prompt_tokens / r.prefill_s,
-                eager_tok_s, tok_s, tok_s / eager_tok_s, 1000 * r.decode_s / r.steps, share.c_str());
-    if (r.tokens != eager.tokens) std::printf("  batch %d: graphs and op by op gave different tokens\n", batch);
+    std::printf("%-6d %14.1f %14.1f %14.1f %14.1f %8.2f %9.2f %10.3f %15s\n", batch,
+                batch * a.prompt_tokens / r.prefill_s, eager_tok_s, plain_tok_s, tok_s, tok_s / eager_tok_s,
+                tok_s / plain_tok_s, 1000 * r.decode_s / r.steps, share.c_str());
+    if (!same_tokens) std::printf("  batch %d: the three ways gave different tokens\n", batch);
     j["runs"].push_back(row);
   }
   return 0;

@@ -1,10 +1,11 @@
-// Helpers shared by the kernels: warp and block reductions, launch status.
+// Helpers shared by the kernels: chained launches, warp and block reductions, launch status.
 #pragma once
 
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -19,6 +20,66 @@ inline cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 // The launch's own error, if any (a bad configuration); faults inside a kernel surface later,
 // at the next synchronising call.
 inline int launch_status() { return static_cast<int>(cudaGetLastError()); }
+
+// --- Chained launches (programmatic dependent launch; devices of compute capability 9.0 on).
+// A decode step is a few hundred short kernels in a row: launched one after another, each waits for
+// the last to drain, then for its own blocks to be scheduled. A kernel launched with
+// launch_chained may be scheduled while the one before it still runs; its threads wait in
+// inputs_ready() until that kernel has finished and its writes are visible, then let the next
+// chained kernel be scheduled. So every thread of a kernel launched so calls inputs_ready() before
+// it touches global memory: the host emulation faults a launch whose thread returns, or reaches a
+// barrier or shuffle, without it. Elsewhere inputs_ready() costs nothing.
+__device__ __forceinline__ void inputs_ready() {
+#if defined(HELIOS_CUDA_HOST_EMULATION)
+  ::helios::cuda_host::inputs_ready();
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// On unless set_chained_launches(false) (kernels.h: for measuring them), on a device that has them.
+inline std::atomic<bool> chained_launches_wanted{true};
+inline bool chains_launches_now() {
+  if (!chained_launches_wanted.load(std::memory_order_relaxed)) return false;
+  thread_local int device = -1;
+  thread_local bool chains = false;
+  int d = 0;
+  if (cudaGetDevice(&d) != cudaSuccess) return false;
+  if (d != device) {
+    int major = 0;
+    chains = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) == cudaSuccess && major >= 9;
+    device = d;
+  }
+  return chains;
+}
+
+// kernel<<<grid, block, smem, stream>>>(args), chained where the device chains launches; 0 or the
+// launch's error. `name` names the kernel in the host emulation's fault reports.
+template <typename... Params, typename... Args>
+int launch_chained([[maybe_unused]] const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                   cudaStream_t stream, Args... args) {
+#if defined(HELIOS_CUDA_HOST_EMULATION)
+  ::helios::cuda_host::launch(name, grid, block, smem, stream).chained().run([=] {
+    kernel(static_cast<Params>(args)...);
+  });
+  return static_cast<int>(cudaGetLastError());
+#else
+  cudaLaunchAttribute chain{};
+  chain.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  chain.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &chain;
+  config.numAttrs = chains_launches_now() ? 1 : 0;
+  const cudaError_t e = cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+  const cudaError_t last = cudaGetLastError();  // the same error, taken so that it is not reported twice
+  return static_cast<int>(e != cudaSuccess ? e : last);
+#endif
+}
 
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {

@@ -24,6 +24,7 @@ __device__ __forceinline__ Top2 merge(const Top2& a, const Top2& b) {
 __global__ void __launch_bounds__(kThreads) exit_stats_kernel(const float* logits, int32_t n_vocab,
                                                               int32_t* top1, float* top1_prob,
                                                               float* margin, float* entropy) {
+  cuda::inputs_ready();
   const float* x = logits + static_cast<int64_t>(blockIdx.x) * n_vocab;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   Top2 t{-INFINITY, INT32_MAX, -INFINITY};
@@ -72,9 +73,8 @@ __global__ void __launch_bounds__(kThreads) exit_stats_kernel(const float* logit
 int launch_exit_stats(const float* logits, int32_t n_rows, int32_t n_vocab, int32_t* top1,
                       float* top1_prob, float* margin, float* entropy, void* stream) {
   if (n_rows <= 0 || n_vocab <= 0) return 0;
-  exit_stats_kernel<<<n_rows, kThreads, 0, cuda::as_stream(stream)>>>(logits, n_vocab, top1, top1_prob,
-                                                                      margin, entropy);
-  return cuda::launch_status();
+  return cuda::launch_chained("exit_stats_kernel", exit_stats_kernel, n_rows, kThreads, 0, cuda::as_stream(stream),
+                              logits, n_vocab, top1, top1_prob, margin, entropy);
 }
 
 }  // namespace helios::kernels

@@ -8,6 +8,7 @@ namespace {
 template <typename T>
 __global__ void kv_write_kernel(const float* k, const float* v, const int32_t* slots, int64_t row, T* cache_k,
                                 T* cache_v) {
+  cuda::inputs_ready();
   const int64_t src = static_cast<int64_t>(blockIdx.x) * row;
   const int64_t dst = static_cast<int64_t>(slots[blockIdx.x]) * row;
   for (int64_t i = threadIdx.x; i < row; i += blockDim.x) {
@@ -23,23 +24,20 @@ int launch_kv_write(const float* k, const float* v, const int32_t* slots, int32_
   if (n_tokens <= 0) return 0;
   const int64_t row = static_cast<int64_t>(cache.n_kv_heads) * cache.head_dim;
   const cudaStream_t s = cuda::as_stream(stream);
+  auto run = [&](auto* cache_k, auto* cache_v) {
+    return cuda::launch_chained("kv_write_kernel", kv_write_kernel<std::remove_pointer_t<decltype(cache_k)>>, n_tokens,
+                                128, 0, s, k, v, slots, row, cache_k, cache_v);
+  };
   switch (cache.type) {
     case KvType::kF32:
-      kv_write_kernel<<<n_tokens, 128, 0, s>>>(k, v, slots, row, static_cast<float*>(cache.k),
-                                                static_cast<float*>(cache.v));
-      break;
+      return run(static_cast<float*>(cache.k), static_cast<float*>(cache.v));
     case KvType::kF16:
-      kv_write_kernel<<<n_tokens, 128, 0, s>>>(k, v, slots, row, static_cast<__half*>(cache.k),
-                                                static_cast<__half*>(cache.v));
-      break;
+      return run(static_cast<__half*>(cache.k), static_cast<__half*>(cache.v));
     case KvType::kFp8E4M3:
-      kv_write_kernel<<<n_tokens, 128, 0, s>>>(k, v, slots, row, static_cast<__nv_fp8_e4m3*>(cache.k),
-                                                static_cast<__nv_fp8_e4m3*>(cache.v));
-      break;
+      return run(static_cast<__nv_fp8_e4m3*>(cache.k), static_cast<__nv_fp8_e4m3*>(cache.v));
     default:
       return static_cast<int>(cudaErrorInvalidValue);
   }
-  return cuda::launch_status();
 }
 
 }  // namespace helios::kernels

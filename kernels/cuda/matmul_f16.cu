@@ -40,6 +40,7 @@ struct Pair<__nv_bfloat16> { using type = __nv_bfloat162; };
 
 template <typename W, int R, bool kVector>
 __global__ void __launch_bounds__(kThreads) gemv_16bit_kernel(const float* x, cuda::GemvTargets t, int32_t n_in) {
+  cuda::inputs_ready();
   constexpr int32_t kCols = kStageCols<R>;
   __shared__ __align__(16) float xs[R * kCols];
   const int lane = threadIdx.x % 32;
@@ -104,19 +105,19 @@ int gemv_16bit(const float* x, int32_t n_rows, int32_t n_in, const GemvProducts&
   // 16-byte weight loads need 8-value rows on 16-byte boundaries (cudaMalloc gives 256).
   const bool vec = n_in % 8 == 0 && cuda::or_of_addresses(t) % 16 == 0;
   const cudaStream_t s = cuda::as_stream(stream);
-  for (int32_t r = 0; r < n_rows; r += kMaxRows) {
+  int err = 0;
+  for (int32_t r = 0; r < n_rows && err == 0; r += kMaxRows) {
     const cuda::GemvTargets tr = cuda::from_row(t, r);
     const float* xr = x + static_cast<int64_t>(r) * n_in;
     cuda::with_row_count(std::min(kMaxRows, n_rows - r), [&](auto rows) {
       constexpr int R = decltype(rows)::value;
-      if (vec) {
-        gemv_16bit_kernel<W, R, true><<<blocks, kThreads, 0, s>>>(xr, tr, n_in);
-      } else {
-        gemv_16bit_kernel<W, R, false><<<blocks, kThreads, 0, s>>>(xr, tr, n_in);
-      }
+      err = vec ? cuda::launch_chained("gemv_16bit_kernel", gemv_16bit_kernel<W, R, true>, blocks, kThreads, 0, s, xr,
+                                       tr, n_in)
+                : cuda::launch_chained("gemv_16bit_kernel", gemv_16bit_kernel<W, R, false>, blocks, kThreads, 0, s, xr,
+                                       tr, n_in);
     });
   }
-  return cuda::launch_status();
+  return err;
 }
 
 

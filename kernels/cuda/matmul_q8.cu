@@ -46,6 +46,7 @@ constexpr int kMaxRows = 8;    // activation rows one launch serves
 // A thread per unit, its row's units in consecutive threads.
 template <Act kAct, bool kVectorX>
 __global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t n_units, Q8Rows rows) {
+  cuda::inputs_ready();
   const int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const bool active = u < n_units;  // every lane shuffles, with or without a unit
   float v[kUnit] = {};
@@ -96,6 +97,7 @@ constexpr int kMinBlocksPerSm = R == 1 ? 0 : R <= 6 ? 3 : 2;  // 0: unspecified
 template <uint32_t kType, int R, bool kVector>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<R>) gemv_q8_kernel(Q8Rows xq, cuda::GemvTargets t,
                                                                                int64_t row_bytes) {
+  cuda::inputs_ready();
   const cuda::WarpRow m = cuda::warp_row(t, static_cast<int32_t>(blockIdx.x), static_cast<int32_t>(threadIdx.x / 32));
   const int32_t o = m.o, n_out = m.n_out;
   if (o >= n_out) return;
@@ -132,11 +134,11 @@ struct Quantize {
     const int64_t n_units = static_cast<int64_t>(n_rows) * (rows.n_in / kUnit);
     const auto blocks = static_cast<unsigned>((n_units + kThreads - 1) / kThreads);
     if (reinterpret_cast<uintptr_t>(x) % 16 == 0) {
-      quantize_q8_kernel<kAct, true><<<blocks, kThreads, 0, s>>>(x, n_units, rows);
-    } else {
-      quantize_q8_kernel<kAct, false><<<blocks, kThreads, 0, s>>>(x, n_units, rows);
+      return cuda::launch_chained("quantize_q8_kernel", quantize_q8_kernel<kAct, true>, blocks, kThreads, 0, s, x,
+                                  n_units, rows);
     }
-    return cuda::launch_status();
+    return cuda::launch_chained("quantize_q8_kernel", quantize_q8_kernel<kAct, false>, blocks, kThreads, 0, s, x, n_units,
+                                rows);
   }
 };
 
@@ -145,17 +147,19 @@ template <uint32_t kType>
 struct GemvQ8 {
   static int run(Q8Rows xq, cuda::GemvTargets t, int64_t row_bytes, int32_t n_rows, unsigned blocks, cudaStream_t s) {
     const auto* any = reinterpret_cast<const uint8_t*>(cuda::or_of_addresses(t));
-    for (int32_t r = 0; r < n_rows; r += kMaxRows) {
+    int err = 0;
+    for (int32_t r = 0; r < n_rows && err == 0; r += kMaxRows) {
       const Q8Rows rows{xq.base + r * xq.stride, xq.n_in, xq.stride};
       const cuda::GemvTargets tr = cuda::from_row(t, r);
       cuda::with_row_count(std::min(kMaxRows, n_rows - r), [&](auto count) {
         cuda::with_loads<kType>(any, row_bytes, [&](auto vector) {
-          gemv_q8_kernel<kType, decltype(count)::value, decltype(vector)::value>
-              <<<blocks, kThreads, 0, s>>>(rows, tr, row_bytes);
+          err = cuda::launch_chained("gemv_q8_kernel",
+                                     gemv_q8_kernel<kType, decltype(count)::value, decltype(vector)::value>, blocks,
+                                     kThreads, 0, s, rows, tr, row_bytes);
         });
       });
     }
-    return cuda::launch_status();
+    return err;
   }
 };
 

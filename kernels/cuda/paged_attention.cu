@@ -175,6 +175,7 @@ struct AttentionArgs {
 // their sums take up to ~150.
 template <typename T, int kWide>
 __global__ void __launch_bounds__(kThreads, 1) attention_kernel(AttentionArgs<T> a) {
+  cuda::inputs_ready();
   const int32_t tile = blockIdx.x, split = blockIdx.z;
   const int32_t kvh = blockIdx.y / a.head_chunks, chunk = blockIdx.y % a.head_chunks;
   const int32_t t0 = a.tile_first ? a.tile_first[tile] : tile;
@@ -395,6 +396,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(AttentionArgs<T>
 // out = Σ_i e^(m_i − M) o_i / Σ_i e^(m_i − M) l_i over the splits i of one (token, head).
 __global__ void combine_kernel(const float* part_out, const float* part_ml, int32_t n_splits,
                                int32_t head_dim, float* out) {
+  cuda::inputs_ready();
   const int64_t item = blockIdx.x;
   const float* ml = part_ml + item * n_splits * 2;
   float m = -INFINITY;
@@ -471,31 +473,34 @@ int launch_paged_attention(const float* q, const PagedKV& cache, const Attention
     AttentionArgs<T> a{q, k_cache, v_cache, plan.token_seq, plan.positions, plan.block_tables, tiles.first,
                        plan.max_blocks_per_seq, cache.block_size, n_heads, cache.n_kv_heads,
                        cache.head_dim, chunks.per_block, chunks.n, scale, s.len, s.n, out, part_out, part_ml};
+    auto run = [&](auto kernel) { return cuda::launch_chained("attention_kernel", kernel, grid, kThreads, smem, st, a); };
     switch (wide) {  // the wide path's rows, a power of two up to kWideRows<T>
-      case 0: attention_kernel<T, 0><<<grid, kThreads, smem, st>>>(a); break;
-      case 1: attention_kernel<T, 1><<<grid, kThreads, smem, st>>>(a); break;
-      case 2: attention_kernel<T, 2><<<grid, kThreads, smem, st>>>(a); break;
-      case 4: attention_kernel<T, 4><<<grid, kThreads, smem, st>>>(a); break;
+      case 0: return run(attention_kernel<T, 0>);
+      case 1: return run(attention_kernel<T, 1>);
+      case 2: return run(attention_kernel<T, 2>);
+      case 4: return run(attention_kernel<T, 4>);
       default:
         if constexpr (kWideRows<T> >= 8) {
-          if (wide == 8) attention_kernel<T, 8><<<grid, kThreads, smem, st>>>(a);
+          if (wide == 8) return run(attention_kernel<T, 8>);
         }
         if constexpr (kWideRows<T> >= 16) {
-          if (wide == 16) attention_kernel<T, 16><<<grid, kThreads, smem, st>>>(a);
+          if (wide == 16) return run(attention_kernel<T, 16>);
         }
+        return static_cast<int>(cudaErrorInvalidConfiguration);
     }
   };
+  int err;
   if (cache.type == KvType::kF16) {
-    launch(static_cast<const __half*>(cache.k), static_cast<const __half*>(cache.v));
+    err = launch(static_cast<const __half*>(cache.k), static_cast<const __half*>(cache.v));
   } else if (cache.type == KvType::kFp8E4M3) {
-    launch(static_cast<const __nv_fp8_e4m3*>(cache.k), static_cast<const __nv_fp8_e4m3*>(cache.v));
+    err = launch(static_cast<const __nv_fp8_e4m3*>(cache.k), static_cast<const __nv_fp8_e4m3*>(cache.v));
   } else {
-    launch(static_cast<const float*>(cache.k), static_cast<const float*>(cache.v));
+    err = launch(static_cast<const float*>(cache.k), static_cast<const float*>(cache.v));
   }
-  if (const int err = cuda::launch_status(); err != 0 || s.n == 1) return err;
+  if (err != 0 || s.n == 1) return err;
   const int threads = std::min(256, (cache.head_dim + 31) / 32 * 32);
-  combine_kernel<<<static_cast<unsigned>(n_items), threads, 0, st>>>(part_out, part_ml, s.n, cache.head_dim, out);
-  return cuda::launch_status();
+  return cuda::launch_chained("combine_kernel", combine_kernel, static_cast<unsigned>(n_items), threads, 0, st, part_out,
+                              part_ml, s.n, cache.head_dim, out);
 }
 
 }  // namespace helios::kernels

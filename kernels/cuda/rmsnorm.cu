@@ -24,6 +24,7 @@ struct RoundToQ8 {
 
 template <typename Then>
 __global__ void rmsnorm_kernel(const float* x, const float* weight, int32_t dim, float eps, float* out, Then then) {
+  cuda::inputs_ready();
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
   float* o = out + static_cast<int64_t>(blockIdx.x) * dim;
   __shared__ double partial[kThreads];
@@ -45,6 +46,7 @@ __global__ void rmsnorm_kernel(const float* x, const float* weight, int32_t dim,
 template <typename Then>
 __global__ void add_rmsnorm_kernel(float* x, const float* y, const float* weight, int32_t dim, float eps, float* out,
                                    Then then) {
+  cuda::inputs_ready();
   float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
   const float* yr = y + static_cast<int64_t>(blockIdx.x) * dim;
   float* o = out + static_cast<int64_t>(blockIdx.x) * dim;
@@ -75,10 +77,7 @@ int with_rounding(uint32_t weight_type, int32_t n_rows, int32_t dim, void* works
     return static_cast<int>(cudaErrorInvalidValue);
   }
   const cuda::Q8Rows rows = cuda::q8_rows(workspace, dim);
-  return cuda::with_act(weight_type, [&](auto act) {
-    launch(RoundToQ8<decltype(act)::value>{rows});
-    return cuda::launch_status();
-  });
+  return cuda::with_act(weight_type, [&](auto act) { return launch(RoundToQ8<decltype(act)::value>{rows}); });
 }
 
 }  // namespace
@@ -86,28 +85,30 @@ int with_rounding(uint32_t weight_type, int32_t n_rows, int32_t dim, void* works
 int launch_rmsnorm(const float* x, const float* weight, int32_t n_rows, int32_t dim, float eps,
                    float* out, void* stream) {
   if (n_rows <= 0) return 0;
-  rmsnorm_kernel<<<n_rows, kThreads, 0, cuda::as_stream(stream)>>>(x, weight, dim, eps, out, KeepFloats{});
-  return cuda::launch_status();
+  return cuda::launch_chained("rmsnorm_kernel", rmsnorm_kernel<KeepFloats>, n_rows, kThreads, 0, cuda::as_stream(stream),
+                              x, weight, dim, eps, out, KeepFloats{});
 }
 
 int launch_add_rmsnorm(float* x, const float* y, const float* weight, int32_t n_rows, int32_t dim,
                        float eps, float* out, void* stream) {
   if (n_rows <= 0) return 0;
-  add_rmsnorm_kernel<<<n_rows, kThreads, 0, cuda::as_stream(stream)>>>(x, y, weight, dim, eps, out, KeepFloats{});
-  return cuda::launch_status();
+  return cuda::launch_chained("add_rmsnorm_kernel", add_rmsnorm_kernel<KeepFloats>, n_rows, kThreads, 0,
+                              cuda::as_stream(stream), x, y, weight, dim, eps, out, KeepFloats{});
 }
 
 int launch_rmsnorm_q8(uint32_t weight_type, const float* x, const float* weight, int32_t n_rows, int32_t dim,
                       float eps, float* out, void* workspace, size_t workspace_bytes, void* stream) {
   return with_rounding(weight_type, n_rows, dim, workspace, workspace_bytes, [&](auto then) {
-    rmsnorm_kernel<<<n_rows, kThreads, 0, cuda::as_stream(stream)>>>(x, weight, dim, eps, out, then);
+    return cuda::launch_chained("rmsnorm_kernel", rmsnorm_kernel<decltype(then)>, n_rows, kThreads, 0,
+                                cuda::as_stream(stream), x, weight, dim, eps, out, then);
   });
 }
 
 int launch_add_rmsnorm_q8(uint32_t weight_type, float* x, const float* y, const float* weight, int32_t n_rows,
                           int32_t dim, float eps, float* out, void* workspace, size_t workspace_bytes, void* stream) {
   return with_rounding(weight_type, n_rows, dim, workspace, workspace_bytes, [&](auto then) {
-    add_rmsnorm_kernel<<<n_rows, kThreads, 0, cuda::as_stream(stream)>>>(x, y, weight, dim, eps, out, then);
+    return cuda::launch_chained("add_rmsnorm_kernel", add_rmsnorm_kernel<decltype(then)>, n_rows, kThreads, 0,
+                                cuda::as_stream(stream), x, y, weight, dim, eps, out, then);
   });
 }
 

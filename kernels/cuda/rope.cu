@@ -5,6 +5,7 @@
 // two. The fused kernel rounds exactly as rope then kv_write do.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/kernels.h"
@@ -39,6 +40,7 @@ __device__ float2 turned(float x0, float x1, float2 cs) { return make_float2(x0 
 
 __global__ void rope_kernel(float* x, const int32_t* positions, int32_t n_heads, int32_t head_dim,
                             float theta_scale, RopeParams r) {
+  cuda::inputs_ready();
   const int32_t t = blockIdx.x;
   for (int32_t i = threadIdx.x; i < r.n_rot / 2; i += blockDim.x) {
     const float2 cs = pair_turn(positions[t], i, theta_scale, r);
@@ -60,6 +62,7 @@ __global__ void rope_kv_write_kernel(float* q, const int32_t* q_positions, int32
                                      const float* v, const int32_t* kv_positions, const int32_t* slots, int32_t n_kv,
                                      int32_t n_kv_heads, int32_t head_dim, float theta_scale, RopeParams r,
                                      T* cache_k, T* cache_v) {
+  cuda::inputs_ready();
   const int32_t t = blockIdx.x;
   const int64_t row = static_cast<int64_t>(n_kv_heads) * head_dim;
   const int64_t src = t * row, dst = t < n_kv ? slots[t] * row : 0;
@@ -103,9 +106,8 @@ int launch_rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_
   if (n_tokens <= 0 || rope.n_rot < 2) return 0;
   const int half = rope.n_rot / 2;
   const int threads = half < 128 ? ((half + 31) / 32) * 32 : 128;
-  rope_kernel<<<n_tokens, threads, 0, cuda::as_stream(stream)>>>(x, positions, n_heads, head_dim,
-                                                                  theta_scale_of(rope), rope);
-  return cuda::launch_status();
+  return cuda::launch_chained("rope_kernel", rope_kernel, n_tokens, threads, 0, cuda::as_stream(stream), x, positions,
+                              n_heads, head_dim, theta_scale_of(rope), rope);
 }
 
 int launch_rope_kv_write(float* q, const int32_t* q_positions, int32_t n_q, int32_t n_heads, float* k, const float* v,
@@ -120,10 +122,9 @@ int launch_rope_kv_write(float* q, const int32_t* q_positions, int32_t n_q, int3
   const unsigned blocks = static_cast<unsigned>(std::max(n_q, n_kv));
   const cudaStream_t s = cuda::as_stream(stream);
   auto run = [&](auto* cache_k, auto* cache_v) {
-    rope_kv_write_kernel<<<blocks, kFusedThreads, 0, s>>>(q, q_positions, n_q, n_heads, k, v, kv_positions, slots,
-                                                           n_kv, cache.n_kv_heads, cache.head_dim, theta_scale, r,
-                                                           cache_k, cache_v);
-    return cuda::launch_status();
+    return cuda::launch_chained("rope_kv_write_kernel", rope_kv_write_kernel<std::remove_pointer_t<decltype(cache_k)>>,
+                                blocks, kFusedThreads, 0, s, q, q_positions, n_q, n_heads, k, v, kv_positions, slots,
+                                n_kv, cache.n_kv_heads, cache.head_dim, theta_scale, r, cache_k, cache_v);
   };
   switch (cache.type) {
     case KvType::kF32:

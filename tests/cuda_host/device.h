@@ -85,9 +85,13 @@ inline int lane_id() {
   return static_cast<int>(linear % 32);
 }
 
+// The running thread of a chained launch may touch global memory from now on (common.cuh's
+// inputs_ready; scheduler.cpp checks that each such thread gets here first).
+void inputs_ready();
+
 // Runs `body` for every thread of the grid, in stream order (runtime.cpp: now, or when a captured
 // graph is launched). Sets the launch's own error, as cudaGetLastError reports it.
-void launch_grid(const char* name, dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream,
+void launch_grid(const char* name, dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream, bool chained,
                  std::function<void()> body);
 
 // A launch's configuration; run() takes the kernel called with its arguments, copied.
@@ -96,15 +100,21 @@ struct Launch {
   dim3 grid, block;
   size_t smem;
   cudaStream_t stream;
+  bool is_chained = false;
 
+  Launch chained() const {
+    Launch l = *this;
+    l.is_chained = true;
+    return l;
+  }
   template <typename Body>
   void run(Body body) const {
-    launch_grid(name, grid, block, smem, stream, std::function<void()>(std::move(body)));
+    launch_grid(name, grid, block, smem, stream, is_chained, std::function<void()>(std::move(body)));
   }
 };
 
 inline Launch launch(const char* name, dim3 grid, dim3 block, size_t smem = 0, cudaStream_t stream = nullptr) {
-  return Launch{name, grid, block, smem, stream};
+  return Launch{name, grid, block, smem, stream, false};
 }
 
 }  // namespace helios::cuda_host

@@ -200,11 +200,12 @@ TEST(CudaHost, MemoryBeyondTheDevicesIsAnAllocationError) {
 }
 
 // A kernel that breaks a rule ends with the sticky launch failure and says what it broke.
-void expect_fault(void (*kernel)(), int threads, const char* what) {
+void expect_fault(void (*kernel)(), int threads, const char* what, bool chained = false) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // the fork re-runs the test up to the launch
   EXPECT_EXIT(
       {
-        launch("rule_breaker", 1, threads).run([=] { kernel(); });
+        const Launch plain = launch("rule_breaker", 1, threads);
+        (chained ? plain.chained() : plain).run([=] { kernel(); });
         std::exit(cudaDeviceSynchronize() == cudaErrorLaunchFailure ? 0 : 1);
       },
       ::testing::ExitedWithCode(0), what);
@@ -247,6 +248,38 @@ TEST(CudaHostDeathTest, AKernelReadingPastItsAllocationIsNamed) {
 TEST(CudaHostDeathTest, StaticSharedMemoryOverTheLimitIsAFault) {
   expect_fault([] { shared_at<char[64 * 1024]>(2)[threadIdx.x] = 0; }, 32,
                "static shared memory over 49152 bytes");
+}
+
+// A chained launch (common.cuh's launch_chained) may start before the kernel ahead of it is done:
+// each of its threads calls inputs_ready() before it touches anything, at a barrier, a shuffle or
+// its end at the latest. One that gets there first is a fault; so is one that never calls it.
+TEST(CudaHost, AChainedLaunchWhoseThreadsWaitForTheirInputsRuns) {
+  int* d = device_array<int>(kThreads);
+  launch("chained", 1, kThreads).chained().run([=] {
+    inputs_ready();
+    neighbour_kernel(d, true);
+  });
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(to_host(d, kThreads)[0], 1);
+  cudaFree(d);
+}
+
+TEST(CudaHostDeathTest, AChainedLaunchsThreadReachingABarrierBeforeItsInputsAreReadyIsAFault) {
+  expect_fault(
+      [] {
+        __syncthreads();
+        inputs_ready();
+      },
+      64, "rule_breaker block \\(0,0,0\\): a thread of a chained launch waits at __syncthreads before "
+          "cuda::inputs_ready\\(\\)", true);
+}
+
+TEST(CudaHostDeathTest, AChainedLaunchsThreadThatNeverWaitsForItsInputsIsAFault) {
+  expect_fault(
+      [] {
+        if (threadIdx.x != 3) inputs_ready();
+      },
+      32, "a thread of a chained launch returns before cuda::inputs_ready", true);
 }
 
 }  // namespace

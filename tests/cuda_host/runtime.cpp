@@ -175,13 +175,15 @@ void report_kernel_fault(const std::string& what) {
 }
 bool kernel_faulted() { return faulted; }
 
-void launch_grid(const char* name, dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream,
+void launch_grid(const char* name, dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream, bool chained,
                  std::function<void()> body) {
   if (const cudaError_t e = launch_error(grid, block, dynamic_smem); e != cudaSuccess) {
     set_error(e);
     return;
   }
-  enqueue(stream, [name, grid, block, dynamic_smem, body]() mutable { run_grid(name, grid, block, dynamic_smem, body); });
+  enqueue(stream, [name, grid, block, dynamic_smem, chained, body]() mutable {
+    run_grid(name, grid, block, dynamic_smem, chained, body);
+  });
 }
 
 }  // namespace helios::cuda_host

@@ -66,6 +66,7 @@ struct Fiber {
   unsigned linear = 0;
   State state = State::kRunnable;
   unsigned exchange_round = 0;  // shuffles done: picks the exchange slots
+  bool inputs_ready = false;    // has called inputs_ready() (what a chained launch's threads do first)
 };
 
 struct SharedSite {
@@ -75,6 +76,7 @@ struct SharedSite {
 
 struct Block {
   const char* kernel = "";
+  bool chained = false;  // a chained launch: every thread calls inputs_ready() first
   std::vector<Fiber>* fibers = nullptr;
   unsigned n_threads = 0;
   std::vector<uint64_t> slots;  // per warp: two rounds of 32 lanes' shuffle values
@@ -174,8 +176,18 @@ void release_block_barrier(Block& b) {
 
 thread_local std::function<void()>* body_of_block = nullptr;
 
+// A chained launch's thread that waits at a barrier or shuffle, or returns, before inputs_ready()
+// may have touched memory the kernel before it still writes.
+void check_inputs_ready(const char* at) {
+  if (block->chained && !running->inputs_ready) {
+    fail_in_fiber(std::string("a thread of a chained launch ") + at +
+                  " before cuda::inputs_ready(): it may read what the kernel before it has not yet written");
+  }
+}
+
 [[noreturn]] void fiber_entry() {
   (*body_of_block)();
+  check_inputs_ready("returns");
   Block& b = *block;
   running->state = State::kExited;
   // Threads that have returned no longer count at __syncthreads, as on the GPU.
@@ -235,10 +247,11 @@ std::string stuck_report(const Block& b) {
   return "threads wait at __syncthreads that others never reach";
 }
 
-void run_block(const char* kernel, uint3 block_idx, dim3 grid, dim3 dims, size_t dynamic_bytes,
+void run_block(const char* kernel, uint3 block_idx, dim3 grid, dim3 dims, size_t dynamic_bytes, bool chained,
                std::function<void()>& body) {
   Block b;
   b.kernel = kernel;
+  b.chained = chained;
   b.n_threads = dims.x * dims.y * dims.z;
   b.dynamic_bytes = dynamic_bytes;
   b.shared.assign(dynamic_bytes + kStaticSharedLimit, 0xFF);
@@ -252,6 +265,7 @@ void run_block(const char* kernel, uint3 block_idx, dim3 grid, dim3 dims, size_t
     f.place = ThreadPlace{uint3{i % dims.x, i / dims.x % dims.y, i / (dims.x * dims.y)}, block_idx, dims, grid};
     f.state = State::kRunnable;
     f.exchange_round = 0;
+    f.inputs_ready = false;
     prepare_stack(fiber_pool, i);
   }
   b.live = b.n_threads;
@@ -315,7 +329,10 @@ const bool stray_access_reported = [] {
 
 const ThreadPlace& place() { return running->place; }
 
+void inputs_ready() { running->inputs_ready = true; }
+
 void sync_block() {
+  check_inputs_ready("waits at __syncthreads");
   Block& b = *block;
   running->state = State::kAtBlockBarrier;
   if (++b.at_block == b.live) {
@@ -326,6 +343,7 @@ void sync_block() {
 }
 
 void sync_warp(unsigned mask) {
+  check_inputs_ready("waits at a shuffle or __syncwarp");
   Block& b = *block;
   const unsigned lane = running->linear % 32, warp = running->linear / 32;
   if (!(mask & (1u << lane))) fail_in_fiber("a lane calls __syncwarp or a shuffle with a mask that leaves it out");
@@ -388,11 +406,12 @@ cudaError_t launch_error(dim3 grid, dim3 block_dims, size_t dynamic_smem) {
   return cudaSuccess;
 }
 
-void run_grid(const char* kernel, dim3 grid, dim3 dims, size_t dynamic_smem, std::function<void()>& body) {
+void run_grid(const char* kernel, dim3 grid, dim3 dims, size_t dynamic_smem, bool chained,
+              std::function<void()>& body) {
   for (unsigned z = 0; z < grid.z; ++z) {
     for (unsigned y = 0; y < grid.y; ++y) {
       for (unsigned x = 0; x < grid.x; ++x) {
-        run_block(kernel, uint3{x, y, z}, grid, dims, dynamic_smem, body);
+        run_block(kernel, uint3{x, y, z}, grid, dims, dynamic_smem, chained, body);
         if (kernel_faulted()) return;
       }
     }

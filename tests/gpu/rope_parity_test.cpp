@@ -145,7 +145,9 @@ TEST(GpuParity, RopeKvWriteIsRopeThenKvWrite) {
         EXPECT_TRUE(same_bits(fk.to_host(), uk.to_host())) << "K, " << what;
         EXPECT_TRUE(same_bits(fkc.to_host(), ukc.to_host())) << "cached K, " << what;
         EXPECT_TRUE(same_bits(fvc.to_host(), uvc.to_host())) << "cached V, " << what;
-        if (n_kv > 0) EXPECT_FALSE(same_bits(fkc.to_host(), empty_cache)) << "nothing cached, " << what;
+        if (n_kv > 0) {
+          EXPECT_FALSE(same_bits(fkc.to_host(), empty_cache)) << "nothing cached, " << what;
+        }
       }
     }
   }
