@@ -350,12 +350,15 @@ int launch_add_rows(float* rows, const float* v, int32_t n_rows, int32_t dim, vo
 // gate and up) in one launch per 8 rows of input (the matrix-vector kernels: 16-bit, and 8-bit
 // for quantized weights): their output rows share the grid, so a small matrix (GQA's K and V)
 // does not leave most of the GPU idle in a launch of its own, and a step pays one launch where
-// it paid three. Each adds its bias, if any, to every row as it writes it.
+// it paid three. Each adds its bias, if any, to every row as it writes it, and an accumulating
+// product adds its result to what y holds (a projection into the residual stream: the add that
+// would follow it, in the same launch, with the same bits).
 struct GemvProduct {
   const void* w = nullptr;      // [n_out, n_in] in the launch's type, rows in GGUF's order
   int32_t n_out = 0;
   float* y = nullptr;           // [n_rows, n_out]
   const float* bias = nullptr;  // [n_out], or null
+  bool accumulate = false;      // y += W x (+ bias), not y = W x (+ bias)
 };
 constexpr int kMaxGemvProducts = 4;
 struct GemvProducts {

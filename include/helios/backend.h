@@ -120,12 +120,16 @@ class Backend {
     }
     matmuls(out, outputs);
   }
-  // out = swiglu(gate, up) over n_rows rows of w.n_in (out may be gate), then y = W out: the
-  // feed-forward's down projection, its input rounded as it is written where norm_matmuls rounds.
+  // out = swiglu(gate, up) over n_rows rows of w.n_in (out may be gate), then y = W out, and with
+  // a residual, residual += y: the feed-forward's down projection into the residual stream. Its
+  // input is rounded as it is written where norm_matmuls rounds, and a backend paying per launch
+  // adds the product to the residual as it writes it, leaving y unwritten. The default: the ops in
+  // turn.
   virtual void swiglu_matmul(const float* gate, const float* up, int32_t n_rows, float* out, const WeightMatrix& w,
-                             float* y) {
+                             float* y, float* residual) {
     swiglu(gate, up, static_cast<int64_t>(n_rows) * w.n_in, out);
     matmul(out, w, n_rows, y);
+    if (residual) add(residual, y, static_cast<int64_t>(n_rows) * w.n_out);
   }
   // rope.freq_factors: backend memory [n_rot/2], or null (see kernels::RopeParams).
   virtual void rope(float* x, const int32_t* host_positions, int32_t n_tokens, int32_t n_heads,

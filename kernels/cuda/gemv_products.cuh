@@ -18,6 +18,7 @@ struct GemvTargets {
   const void* w[kMaxGemvProducts];
   float* y[kMaxGemvProducts];
   const float* bias[kMaxGemvProducts];
+  bool accumulate[kMaxGemvProducts];
   int32_t n_out[kMaxGemvProducts];
   int32_t first_block[kMaxGemvProducts];
   int32_t n;
@@ -36,6 +37,7 @@ inline bool make_targets(const GemvProducts& products, GemvTargets* t, int32_t* 
     t->w[t->n] = p.w;
     t->y[t->n] = p.y;
     t->bias[t->n] = p.bias;
+    t->accumulate[t->n] = p.accumulate;
     t->n_out[t->n] = p.n_out;
     t->first_block[t->n] = static_cast<int32_t>(blocks);
     blocks += (p.n_out + kGemvWarps - 1) / kGemvWarps;
@@ -67,14 +69,15 @@ struct WarpRow {
   const void* w;
   float* y;
   const float* bias;
+  bool accumulate;  // y[r, o] += the sum plus the bias, not y[r, o] = it
   int32_t n_out, o;
 };
 __host__ __device__ __forceinline__ WarpRow warp_row(const GemvTargets& t, int32_t block, int32_t warp) {
-  WarpRow m{t.w[0], t.y[0], t.bias[0], t.n_out[0], block * kGemvWarps + warp};
+  WarpRow m{t.w[0], t.y[0], t.bias[0], t.accumulate[0], t.n_out[0], block * kGemvWarps + warp};
 #pragma unroll
   for (int k = 1; k < kMaxGemvProducts; ++k) {
     if (k < t.n && block >= t.first_block[k]) {
-      m = {t.w[k], t.y[k], t.bias[k], t.n_out[k], (block - t.first_block[k]) * kGemvWarps + warp};
+      m = {t.w[k], t.y[k], t.bias[k], t.accumulate[k], t.n_out[k], (block - t.first_block[k]) * kGemvWarps + warp};
     }
   }
   return m;

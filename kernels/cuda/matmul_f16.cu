@@ -91,7 +91,11 @@ __global__ void __launch_bounds__(kThreads) gemv_16bit_kernel(const float* x, cu
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const float s = cuda::warp_sum(acc[r]);
-    if (lane == 0) out.y[static_cast<int64_t>(r) * n_out + o] = out.bias ? s + out.bias[o] : s;
+    if (lane == 0) {
+      float& y = out.y[static_cast<int64_t>(r) * n_out + o];
+      const float v = out.bias ? s + out.bias[o] : s;
+      y = out.accumulate ? y + v : v;
+    }
   }
 }
 

@@ -99,13 +99,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<R>) gemv_q8_kernel(Q
                                                                                int64_t row_bytes) {
   cuda::inputs_ready();
   const cuda::WarpRow m = cuda::warp_row(t, static_cast<int32_t>(blockIdx.x), static_cast<int32_t>(threadIdx.x / 32));
-  const int32_t o = m.o, n_out = m.n_out;
-  if (o >= n_out) return;
+  if (m.o >= m.n_out) return;
   const int lane = threadIdx.x % 32;
-  float* __restrict__ y = m.y;
-  const float* __restrict__ bias = m.bias;
   const int32_t n_units = xq.n_in / kUnit;
-  const uint8_t* wr = static_cast<const uint8_t*>(m.w) + static_cast<int64_t>(o) * row_bytes;
+  const uint8_t* wr = static_cast<const uint8_t*>(m.w) + static_cast<int64_t>(m.o) * row_bytes;
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
@@ -120,10 +117,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<R>) gemv_q8_kernel(Q
       acc[r] += cuda::unit_share<kType>(wu, x, ds.x, ds.y);
     }
   }
+  // The output picked again here rather than held in registers through the loop.
+  const cuda::WarpRow out = cuda::warp_row(t, static_cast<int32_t>(blockIdx.x), static_cast<int32_t>(threadIdx.x / 32));
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const float s = cuda::warp_sum(acc[r]);
-    if (lane == 0) y[static_cast<int64_t>(r) * n_out + o] = bias ? s + bias[o] : s;
+    if (lane == 0) {
+      float& y = out.y[static_cast<int64_t>(r) * out.n_out + out.o];
+      const float v = out.bias ? s + out.bias[out.o] : s;
+      y = out.accumulate ? y + v : v;
+    }
   }
 }
 

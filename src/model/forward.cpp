@@ -423,12 +423,16 @@ void Model::run_block(Pass& p, int32_t l) {
   be.matmul(ws.attn.data(), w.wo.view, na, ws.proj.data());
   all_reduce(ws.proj.data(), static_cast<size_t>(na) * c.n_embd);  // row-parallel O: partial sums
 
-  // feed-forward: (residual, norm) → silu(gate) * up → down projection → residual
+  // feed-forward: (residual, norm) → silu(gate) * up → down projection → residual. The projection
+  // adds itself to the residual, unless it is row-parallel: then its partial sums are summed first.
   be.norm_matmuls(ws.x.data(), ws.proj.data(), w.ffn_norm.data(), na, c.n_embd, c.rms_eps, ws.xb.data(),
                   {{&w.w_gate.view, na, ws.gate.data()}, {&w.w_up.view, na, ws.up.data()}});
-  be.swiglu_matmul(ws.gate.data(), ws.up.data(), na, ws.gate.data(), w.w_down.view, ws.proj.data());
-  all_reduce(ws.proj.data(), static_cast<size_t>(na) * c.n_embd);  // row-parallel down
-  be.add(ws.x.data(), ws.proj.data(), static_cast<int64_t>(na) * c.n_embd);
+  be.swiglu_matmul(ws.gate.data(), ws.up.data(), na, ws.gate.data(), w.w_down.view, ws.proj.data(),
+                   comm_ ? nullptr : ws.x.data());
+  if (comm_) {
+    all_reduce(ws.proj.data(), static_cast<size_t>(na) * c.n_embd);
+    be.add(ws.x.data(), ws.proj.data(), static_cast<int64_t>(na) * c.n_embd);
+  }
 }
 
 void Model::capture_states(Pass& p, int32_t layer_no) {

@@ -206,8 +206,9 @@ TEST(CudaBackend, MatmulsOfOneInputGiveTheBitsOfSeparateProductsAndBiases) {
   EXPECT_TRUE(be->error().ok()) << be->error().to_string();
 }
 
-// norm_matmuls and swiglu_matmul round the products' input as the norm or SwiGLU writes it: every
-// output, the norm's floats and the residual sum have the bits of the ops run in turn. Fused: the
+// norm_matmuls and swiglu_matmul round the products' input as the norm or SwiGLU writes it, and
+// swiglu_matmul adds its product to the residual as it writes it: every output, the norm's floats
+// and the residual sums have the bits of the ops run in turn. Fused: the
 // 8-bit outputs read exactly the norm's rows (a Q8_0 output then rounds again, an F16 one reads
 // the floats); in turn: an output reads more rows than the norm writes (exited tokens' rows), or no
 // product takes 8 bits.
@@ -293,23 +294,41 @@ TEST(CudaBackend, FusedNormsAndSwigluGiveTheBitsOfTheOpsInTurn) {
       EXPECT_NE(got[0], -1.0f) << "output " << i << " was not written";
     }
   }
-  // SwiGLU into the down projection, in place over gate: 8-bit (fused), then F16 (in turn).
+  // SwiGLU into the down projection, in place over gate, with and without the residual add: the
+  // 8-bit kernel (rounded as SwiGLU writes, added as the product writes), the F16 one (added as it
+  // writes), BF16 on it and past its rows (cuBLAS, then the ops in turn).
   const int32_t n_ff = dim;
-  for (const WeightMatrix* down : {&q4_k, &f16}) {
-    SCOPED_TRACE(tensor_type_name(down->type));
-    const auto gate = normal_floats(static_cast<size_t>(n_rows) * n_ff, 78), up = normal_floats(gate.size(), 79);
-    float* fused_gate = device(gate);
-    float* plain_gate = device(gate);
-    const float* d_up = device(up);
-    float* fused_y = device(std::vector<float>(out_floats, -1.0f));
-    float* plain_y = device(std::vector<float>(out_floats, -1.0f));
-    be->swiglu_matmul(fused_gate, d_up, n_rows, fused_gate, *down, fused_y);
-    be->swiglu(plain_gate, d_up, static_cast<int64_t>(n_rows) * n_ff, plain_gate);
-    be->matmul(plain_gate, *down, n_rows, plain_y);
-    EXPECT_EQ(host(fused_gate, gate.size()), host(plain_gate, gate.size())) << "swiglu";
-    const auto got = host(fused_y, out_floats);
-    EXPECT_EQ(got, host(plain_y, out_floats)) << "down";
-    EXPECT_NE(got[0], -1.0f);
+  const WeightMatrix bf16 = matrix(TensorType::kBF16, n_out, dim, 80);
+  for (const auto& [down, rows] :
+       {std::pair{&q4_k, n_rows}, std::pair{&f16, n_rows}, std::pair{&bf16, n_rows}, std::pair{&bf16, 12}}) {
+    for (const bool residual : {false, true}) {
+      SCOPED_TRACE(std::string(tensor_type_name(down->type)) + ", " + std::to_string(rows) + " rows" +
+                   (residual ? ", into the residual" : ""));
+      const size_t n = static_cast<size_t>(rows) * n_ff, n_y = static_cast<size_t>(rows) * n_out;
+      const auto gate = normal_floats(n, 78), up = normal_floats(n, 79), stream = normal_floats(n_y, 81);
+      float* fused_gate = device(gate);
+      float* plain_gate = device(gate);
+      const float* d_up = device(up);
+      float* fused_y = device(std::vector<float>(n_y, -1.0f));
+      float* plain_y = device(std::vector<float>(n_y, -1.0f));
+      float* fused_stream = device(stream);
+      float* plain_stream = device(stream);
+      be->swiglu_matmul(fused_gate, d_up, rows, fused_gate, *down, fused_y, residual ? fused_stream : nullptr);
+      be->swiglu(plain_gate, d_up, static_cast<int64_t>(n), plain_gate);
+      be->matmul(plain_gate, *down, rows, plain_y);
+      if (residual) be->add(plain_stream, plain_y, static_cast<int64_t>(n_y));
+      EXPECT_EQ(host(fused_gate, n), host(plain_gate, n)) << "swiglu";
+      if (residual) {
+        const auto got = host(fused_stream, n_y);
+        EXPECT_EQ(got, host(plain_stream, n_y)) << "the residual";
+        EXPECT_NE(got, stream) << "nothing added";
+      } else {
+        const auto got = host(fused_y, n_y);
+        EXPECT_EQ(got, host(plain_y, n_y)) << "down";
+        EXPECT_NE(got[0], -1.0f);
+        EXPECT_EQ(host(fused_stream, n_y), stream) << "a residual not given was written";
+      }
+    }
   }
   be->synchronize();
   EXPECT_TRUE(be->error().ok()) << be->error().to_string();

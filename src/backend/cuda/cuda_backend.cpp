@@ -150,6 +150,7 @@ void append_key(std::string& key, const kernels::GemvProducts& products) {
     append_key(key, p.n_out);
     append_key(key, p.y);
     append_key(key, p.bias);
+    append_key(key, p.accumulate);
   }
 }
 void append_key(std::string& key, const kernels::AttentionTiles& t) {
@@ -235,7 +236,7 @@ class CudaBackend final : public Backend {
   void norm_matmuls(float* x, const float* residual, const float* weight, int32_t n_rows, int32_t dim, float eps,
                     float* out, std::initializer_list<MatmulOutput> outputs) override;
   void swiglu_matmul(const float* gate, const float* up, int32_t n_rows, float* out, const WeightMatrix& w,
-                     float* y) override;
+                     float* y, float* residual) override;
   void add(float* x, const float* y, int64_t n) override;
   void add_rows(float* rows, const float* v, int32_t n_rows, int32_t dim) override;
 
@@ -916,24 +917,33 @@ void CudaBackend::norm_matmuls(float* x, const float* residual, const float* wei
   run_matmuls(out, std::move(plan), q8);
 }
 
+// On a matrix-vector kernel, the product is added to the residual as it is written; on the 8-bit
+// one, SwiGLU rounds its output for it as it writes it too.
 void CudaBackend::swiglu_matmul(const float* gate, const float* up, int32_t n_rows, float* out, const WeightMatrix& w,
-                                float* y) {
+                                float* y, float* residual) {
   bind();
   if (n_rows <= 0) return;
-  if (!quantized_type(w.type) || n_rows > gemv_max_rows(w)) {
-    Backend::swiglu_matmul(gate, up, n_rows, out, w, y);
+  kernels::GemvProducts product = kernels::GemvProducts::of(w.data, w.n_out, residual ? residual : y);
+  product.at[0].accumulate = residual != nullptr;
+  if (quantized_type(w.type) && n_rows <= gemv_max_rows(w)) {
+    const size_t bytes = kernels::matmul_quant_q8_workspace_bytes(n_rows, w.n_in);
+    void* q8 = scratch(kScratchQ8X, bytes);
+    if (!q8) return;
+    launch("swiglu_q8", [](CudaBackend& b, const float* gate, const float* up, int32_t n_rows, float* out,
+                           TensorType type, int32_t n_ff, void* q8, size_t bytes) {
+      b.ok_launch(kernels::launch_swiglu_q8(static_cast<uint32_t>(type), gate, up, n_rows, n_ff, out, q8, bytes,
+                                            b.stream_),
+                  "launch_swiglu_q8");
+    }, gate, up, n_rows, out, w.type, w.n_in, q8, bytes);
+    gemv_q8(q8, w.type, n_rows, w.n_in, product);
     return;
   }
-  const size_t bytes = kernels::matmul_quant_q8_workspace_bytes(n_rows, w.n_in);
-  void* q8 = scratch(kScratchQ8X, bytes);
-  if (!q8) return;
-  launch("swiglu_q8", [](CudaBackend& b, const float* gate, const float* up, int32_t n_rows, float* out,
-                         TensorType type, int32_t n_ff, void* q8, size_t bytes) {
-    b.ok_launch(kernels::launch_swiglu_q8(static_cast<uint32_t>(type), gate, up, n_rows, n_ff, out, q8, bytes,
-                                          b.stream_),
-                "launch_swiglu_q8");
-  }, gate, up, n_rows, out, w.type, w.n_in, q8, bytes);
-  gemv_q8(q8, w.type, n_rows, w.n_in, kernels::GemvProducts::of(w.data, w.n_out, y));
+  if (n_rows <= kGemvMaxRows && (w.type == TensorType::kF16 || w.type == TensorType::kBF16)) {
+    swiglu(gate, up, static_cast<int64_t>(n_rows) * w.n_in, out);
+    gemv_16bit(out, w.type, n_rows, w.n_in, product);
+    return;
+  }
+  Backend::swiglu_matmul(gate, up, n_rows, out, w, y, residual);
 }
 
 void CudaBackend::rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads, int32_t head_dim,
