@@ -273,6 +273,7 @@ void ref_sample_rows(const float* logits, int32_t n_vocab, const SampleRow* rows
 // capability 9.0 on: each may be scheduled while the one before it finishes; kernels/cuda/common.cuh);
 // off, as plain launches, to measure the difference. On by default; process-wide.
 void set_chained_launches(bool on);
+bool chained_launches();
 int launch_rmsnorm(const float* x, const float* weight, int32_t n_rows, int32_t dim, float eps,
                    float* out, void* stream);
 

@@ -5,5 +5,6 @@
 namespace helios::kernels {
 
 void set_chained_launches(bool on) { cuda::chained_launches_wanted.store(on); }
+bool chained_launches() { return cuda::chained_launches_wanted.load(); }
 
 }  // namespace helios::kernels

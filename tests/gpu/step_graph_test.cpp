@@ -10,6 +10,7 @@
 #include "helios/kv_cache.h"
 #include "helios/model.h"
 #include "helios/model_tools.h"
+#include "kernels/kernels.h"
 #include "test_paths.h"
 
 namespace helios {
@@ -21,8 +22,9 @@ struct Decoded {
   GraphCounters counters;
 };
 
-// n_seqs sequences, a prompt each, then `steps` greedy decode steps of all of them together.
-Decoded decode_batch(bool graphs, int32_t n_seqs, int32_t steps) {
+// n_seqs sequences, a prompt each, then `steps` greedy decode steps of all of them together; from
+// step `plain_from` on (when given), plain launches instead of chained ones.
+Decoded decode_batch(bool graphs, int32_t n_seqs, int32_t steps, int32_t plain_from = -1) {
   auto be = make_backend("cuda", 0);
   EXPECT_TRUE(be.ok()) << be.status().to_string();
   if (!be.ok()) return {};
@@ -68,6 +70,7 @@ Decoded decode_batch(bool graphs, int32_t n_seqs, int32_t steps) {
   if (!r.ok()) return {};
   take(*r);
   for (int32_t step = 0; step < steps; ++step) {
+    if (step == plain_from) kernels::set_chained_launches(false);
     ForwardBatch batch;
     for (int32_t s = 0; s < n_seqs; ++s) {
       EXPECT_TRUE(reserve_tokens(alloc, tables[s], pos[s] + 1, block));
@@ -80,6 +83,7 @@ Decoded decode_batch(bool graphs, int32_t n_seqs, int32_t steps) {
     take(*r);
   }
   out.counters = (*be)->graph_counters();
+  kernels::set_chained_launches(true);
   return out;
 }
 
@@ -101,6 +105,21 @@ TEST(StepGraphs, ReplaysGiveTheLogitsOfStepsRunOpByOp) {
   EXPECT_GE(graphed.counters.captured, 2);  // before and after the 256-position change
   EXPECT_GE(graphed.counters.replayed, steps - 20) << "captured " << graphed.counters.captured << ", run "
                                                   << graphed.counters.run;
+}
+
+// A step graph holds its launches as they went out, chained or plain: switching makes a graph of
+// its own (captured anew, not the other kind replayed), with the same logits.
+TEST(StepGraphs, ChainedAndPlainLaunchesAreGraphsOfTheirOwn) {
+  HELIOS_REQUIRE_GPU();
+  if (!std::filesystem::exists(testing::stories260k_path())) {
+    GTEST_SKIP() << "stories260K is not in " << testing::models_dir() << " (scripts/setup.sh makes it)";
+  }
+  const int32_t n_seqs = 2, steps = 24;
+  const Decoded eager = decode_batch(false, n_seqs, steps);
+  const Decoded switched = decode_batch(true, n_seqs, steps, steps / 2);
+  ASSERT_FALSE(eager.logits.empty());
+  EXPECT_EQ(switched.logits, eager.logits);
+  EXPECT_EQ(switched.counters.captured, 2) << "one graph of chained launches, one of plain ones";
 }
 
 }  // namespace

@@ -1180,6 +1180,7 @@ void CudaBackend::begin_graph() {
   if (pinned_busy_ && !ok(cudaEventSynchronize(pinned_free_), "begin_graph (cudaEventSynchronize)")) return;
   pinned_busy_ = false;
   key_.clear();
+  append_key(key_, kernels::chained_launches());  // a graph holds its launches as they went out
   pending_.clear();
   step_copies_.clear();
   pinned_used_ = 0;
