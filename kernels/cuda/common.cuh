@@ -12,6 +12,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/kernels.h"
+
 namespace helios::kernels::cuda {
 
 constexpr unsigned kFullMask = 0xffffffffu;
@@ -153,6 +155,22 @@ __device__ __forceinline__ float load_kv(const __nv_fp8_e4m3* p) { return static
 __device__ __forceinline__ void store_kv(__nv_fp8_e4m3* p, float x) {
   p->__x = x != x ? static_cast<__nv_fp8_storage_t>(((bit_cast<uint32_t>(x) >> 24) & 0x80u) | 0x7Fu)
                   : __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+}
+
+// f(k, v): the cache's K and V as pointers to its element type (float, __half, __nv_fp8_e4m3);
+// cudaErrorInvalidValue for another type.
+template <typename F>
+int with_kv_elements(const PagedKV& cache, F&& f) {
+  switch (cache.type) {
+    case KvType::kF32:
+      return f(static_cast<float*>(cache.k), static_cast<float*>(cache.v));
+    case KvType::kF16:
+      return f(static_cast<__half*>(cache.k), static_cast<__half*>(cache.v));
+    case KvType::kFp8E4M3:
+      return f(static_cast<__nv_fp8_e4m3*>(cache.k), static_cast<__nv_fp8_e4m3*>(cache.v));
+    default:
+      return static_cast<int>(cudaErrorInvalidValue);
+  }
 }
 
 // f(std::integral_constant<int, R>{}) with R = n_rows, 1 to 8 (more: 8): one instantiation of a

@@ -24,20 +24,10 @@ int launch_kv_write(const float* k, const float* v, const int32_t* slots, int32_
   if (n_tokens <= 0) return 0;
   const int64_t row = static_cast<int64_t>(cache.n_kv_heads) * cache.head_dim;
   const cudaStream_t s = cuda::as_stream(stream);
-  auto run = [&](auto* cache_k, auto* cache_v) {
+  return cuda::with_kv_elements(cache, [&](auto* cache_k, auto* cache_v) {
     return cuda::launch_chained("kv_write_kernel", kv_write_kernel<std::remove_pointer_t<decltype(cache_k)>>, n_tokens,
                                 128, 0, s, k, v, slots, row, cache_k, cache_v);
-  };
-  switch (cache.type) {
-    case KvType::kF32:
-      return run(static_cast<float*>(cache.k), static_cast<float*>(cache.v));
-    case KvType::kF16:
-      return run(static_cast<__half*>(cache.k), static_cast<__half*>(cache.v));
-    case KvType::kFp8E4M3:
-      return run(static_cast<__nv_fp8_e4m3*>(cache.k), static_cast<__nv_fp8_e4m3*>(cache.v));
-    default:
-      return static_cast<int>(cudaErrorInvalidValue);
-  }
+  });
 }
 
 }  // namespace helios::kernels

@@ -469,7 +469,7 @@ int launch_paged_attention(const float* q, const PagedKV& cache, const Attention
   const dim3 grid(n_tiles, cache.n_kv_heads * chunks.n, s.n);
   const cudaStream_t st = cuda::as_stream(stream);
   auto launch = [&](auto* k_cache, auto* v_cache) {
-    using T = std::remove_const_t<std::remove_pointer_t<decltype(k_cache)>>;
+    using T = std::remove_pointer_t<decltype(k_cache)>;
     AttentionArgs<T> a{q, k_cache, v_cache, plan.token_seq, plan.positions, plan.block_tables, tiles.first,
                        plan.max_blocks_per_seq, cache.block_size, n_heads, cache.n_kv_heads,
                        cache.head_dim, chunks.per_block, chunks.n, scale, s.len, s.n, out, part_out, part_ml};
@@ -489,15 +489,7 @@ int launch_paged_attention(const float* q, const PagedKV& cache, const Attention
         return static_cast<int>(cudaErrorInvalidConfiguration);
     }
   };
-  int err;
-  if (cache.type == KvType::kF16) {
-    err = launch(static_cast<const __half*>(cache.k), static_cast<const __half*>(cache.v));
-  } else if (cache.type == KvType::kFp8E4M3) {
-    err = launch(static_cast<const __nv_fp8_e4m3*>(cache.k), static_cast<const __nv_fp8_e4m3*>(cache.v));
-  } else {
-    err = launch(static_cast<const float*>(cache.k), static_cast<const float*>(cache.v));
-  }
-  if (err != 0 || s.n == 1) return err;
+  if (const int err = cuda::with_kv_elements(cache, launch); err != 0 || s.n == 1) return err;
   const int threads = std::min(256, (cache.head_dim + 31) / 32 * 32);
   return cuda::launch_chained("combine_kernel", combine_kernel, static_cast<unsigned>(n_items), threads, 0, st, part_out,
                               part_ml, s.n, cache.head_dim, out);

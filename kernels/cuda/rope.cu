@@ -121,21 +121,11 @@ int launch_rope_kv_write(float* q, const int32_t* q_positions, int32_t n_q, int3
   const float theta_scale = r.n_rot > 0 ? theta_scale_of(r) : 1.0f;
   const unsigned blocks = static_cast<unsigned>(std::max(n_q, n_kv));
   const cudaStream_t s = cuda::as_stream(stream);
-  auto run = [&](auto* cache_k, auto* cache_v) {
+  return cuda::with_kv_elements(cache, [&](auto* cache_k, auto* cache_v) {
     return cuda::launch_chained("rope_kv_write_kernel", rope_kv_write_kernel<std::remove_pointer_t<decltype(cache_k)>>,
                                 blocks, kFusedThreads, 0, s, q, q_positions, n_q, n_heads, k, v, kv_positions, slots,
                                 n_kv, cache.n_kv_heads, cache.head_dim, theta_scale, r, cache_k, cache_v);
-  };
-  switch (cache.type) {
-    case KvType::kF32:
-      return run(static_cast<float*>(cache.k), static_cast<float*>(cache.v));
-    case KvType::kF16:
-      return run(static_cast<__half*>(cache.k), static_cast<__half*>(cache.v));
-    case KvType::kFp8E4M3:
-      return run(static_cast<__nv_fp8_e4m3*>(cache.k), static_cast<__nv_fp8_e4m3*>(cache.v));
-    default:
-      return static_cast<int>(cudaErrorInvalidValue);
-  }
+  });
 }
 
 }  // namespace helios::kernels
